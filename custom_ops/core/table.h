@@ -1,0 +1,131 @@
+// A growable hash table from 64-bit keys to fixed-width float rows, with optimizer slots
+// and per-key metadata, safe under concurrent calls from many threads.
+//
+// Layout. The key space is split over 2^k stripes by the top bits of the key's hash; each
+// stripe has its own lock, its own open-addressing index and its own row arena, so a
+// stripe that grows stalls only the keys that hash to it. The index is SwissTable-like:
+// one control byte per slot (empty, deleted, or 7 bits of the hash) probed 16 at a time,
+// beside a 32-bit row number. Occupancy lives in the control bytes, so every 64-bit key,
+// including 0 and -1, is an ordinary key. A row is [key | count | last step | value |
+// slots (| Adam step)], contiguous; rows never move, so growing rehashes only 5 bytes per
+// key and never copies values.
+//
+// Batch calls group keys by stripe (a stable counting sort), then hand whole stripes to a
+// parallel-for, taking each stripe's lock once per call.
+#ifndef TFPS_CORE_TABLE_H_
+#define TFPS_CORE_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "custom_ops/core/hashing.h"
+#include "custom_ops/core/optimizer.h"
+
+namespace tfps {
+
+// Runs fn(begin, end) over disjoint ranges covering [0, total), possibly in parallel;
+// cost_per_unit is a rough cost of one unit in nanoseconds so a runner can decide how
+// finely to split. TensorFlow kernels pass the device's intra-op thread pool.
+using ParallelFor =
+    std::function<void(int64_t total, int64_t cost_per_unit,
+                       const std::function<void(int64_t, int64_t)>& fn)>;
+
+// Runs everything on the calling thread.
+ParallelFor SerialParallelFor();
+// Splits work over `num_threads` std::threads (for tests and tools without TensorFlow).
+ParallelFor ThreadedParallelFor(int num_threads);
+
+struct TableConfig {
+  int dim = 8;
+  OptimizerConfig optimizer;
+  InitializerConfig initializer;
+  uint64_t seed = 0;
+  int log2_stripes = 8;
+};
+
+// Metadata columns of Export/Import.
+enum MetadataColumn { kCount = 0, kLastStep = 1, kOptimizerStep = 2, kNumMetadata = 3 };
+
+struct ExportChunk {
+  std::vector<int64_t> keys;
+  std::vector<float> values;    // keys.size() * dim
+  std::vector<float> slots;     // keys.size() * num_slots * dim
+  std::vector<int64_t> metadata;  // keys.size() * kNumMetadata
+  int64_t next_cursor = -1;     // -1 when the whole table has been visited
+};
+
+class Table {
+ public:
+  explicit Table(const TableConfig& config);
+  ~Table();
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+
+  const TableConfig& config() const { return config_; }
+  int dim() const { return config_.dim; }
+  int num_slots() const { return NumSlots(config_.optimizer.kind); }
+
+  // values[i*dim..] = row of keys[i], or its initial value if absent (then exists[i] = 0).
+  // exists may be null. Never inserts.
+  void Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists,
+            const ParallelFor& parallel_for) const;
+
+  // Like Find, but absent keys are inserted with their initial value and fresh slots.
+  void FindOrInsert(const uint64_t* keys, int64_t n, float* values,
+                    const ParallelFor& parallel_for);
+
+  // Applies the optimizer to each key's row with its gradient row (n x dim), inserting
+  // absent keys first; counts one occurrence per key and records `step` as last seen.
+  // Returns false and changes nothing if any gradient is NaN or infinite. A key repeated
+  // in one call is updated once per occurrence, in input order.
+  bool ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, int64_t step,
+                      const ParallelFor& parallel_for);
+
+  // Sets the value of each key (inserting absent keys with fresh slots); slots and
+  // metadata of present keys are kept.
+  void Insert(const uint64_t* keys, int64_t n, const float* values,
+              const ParallelFor& parallel_for);
+
+  // Sets value, slots and metadata of each key, as saved by Export.
+  void Import(const uint64_t* keys, int64_t n, const float* values, const float* slots,
+              const int64_t* metadata, const ParallelFor& parallel_for);
+
+  // Removes the keys that are present; returns how many were.
+  int64_t Remove(const uint64_t* keys, int64_t n, const ParallelFor& parallel_for);
+
+  void Clear();
+  int64_t Size() const;
+  // Bytes held by the index and row storage.
+  int64_t MemoryBytes() const;
+
+  // Up to max_rows rows starting at `cursor` (0 to begin). Each stripe is read under its
+  // lock; rows changed by concurrent calls between chunks may be seen in either state.
+  ExportChunk Export(int64_t cursor, int64_t max_rows) const;
+
+  // Returns the row of `key` (value, slots and metadata) for tests; false if absent.
+  bool DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,
+                int64_t metadata[kNumMetadata]) const;
+
+  struct Stripe;
+
+ private:
+  template <typename Fn>
+  void ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per_key,
+                          const ParallelFor& parallel_for, Fn&& fn) const;
+
+  TableConfig config_;
+  size_t row_bytes_;
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+};
+
+// "sgd", "adagrad", "adam", "ftrl" and "zeros", "uniform", "truncated_normal"; false if
+// the name is unknown.
+bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind);
+bool ParseInitializerKind(const std::string& name, InitializerKind* kind);
+
+}  // namespace tfps
+
+#endif  // TFPS_CORE_TABLE_H_

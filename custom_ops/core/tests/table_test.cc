@@ -1,0 +1,264 @@
+// Plain C++ tests of the TF-free table core. Exit status 0 means every check passed.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "custom_ops/core/table.h"
+
+namespace tfps {
+namespace {
+
+int failures = 0;
+int checks = 0;
+
+#define CHECK_TRUE(cond)                                                    \
+  do {                                                                      \
+    ++checks;                                                               \
+    if (!(cond)) {                                                          \
+      ++failures;                                                           \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                       \
+  } while (0)
+
+TableConfig Config(int dim, OptimizerKind opt, InitializerKind init, int log2_stripes = 4) {
+  TableConfig c;
+  c.dim = dim;
+  c.optimizer.kind = opt;
+  c.optimizer.learning_rate = 0.5f;
+  c.initializer.kind = init;
+  c.initializer.a = init == InitializerKind::kUniform ? -1.0f : 0.0f;
+  c.initializer.b = init == InitializerKind::kUniform ? 1.0f : 0.5f;
+  c.seed = 42;
+  c.log2_stripes = log2_stripes;
+  return c;
+}
+
+const ParallelFor kSerial = SerialParallelFor();
+const ParallelFor kThreads = ThreadedParallelFor(4);
+
+std::vector<uint64_t> EdgeKeys() {
+  return {0, 1, ~uint64_t{0}, uint64_t{1} << 63, (uint64_t{1} << 63) - 1, 0x80, 0xFE};
+}
+
+void TestEdgeKeysAreOrdinary() {
+  Table t(Config(4, OptimizerKind::kSgd, InitializerKind::kUniform));
+  const auto keys = EdgeKeys();
+  const int64_t n = keys.size();
+  std::vector<float> before(n * 4), after(n * 4);
+  std::vector<uint8_t> exists(n, 1);
+  t.Find(keys.data(), n, before.data(), exists.data(), kSerial);
+  for (int64_t i = 0; i < n; ++i) CHECK_TRUE(exists[i] == 0);
+  CHECK_TRUE(t.Size() == 0);
+  t.FindOrInsert(keys.data(), n, after.data(), kSerial);
+  CHECK_TRUE(t.Size() == n);
+  CHECK_TRUE(before == after);  // a missing key's find equals its initial value
+  std::vector<float> grads(n * 4);
+  for (int64_t i = 0; i < n * 4; ++i) grads[i] = static_cast<float>(i);
+  CHECK_TRUE(t.ApplyGradients(keys.data(), n, grads.data(), 7, kSerial));
+  t.Find(keys.data(), n, after.data(), exists.data(), kSerial);
+  for (int64_t i = 0; i < n * 4; ++i) CHECK_TRUE(after[i] == before[i] - 0.5f * grads[i]);
+  for (int64_t i = 0; i < n; ++i) CHECK_TRUE(exists[i] == 1);
+  CHECK_TRUE(t.Remove(keys.data(), 3, kSerial) == 3);
+  CHECK_TRUE(t.Size() == n - 3);
+  t.Find(keys.data(), n, after.data(), exists.data(), kSerial);
+  for (int64_t i = 0; i < n; ++i) CHECK_TRUE(exists[i] == (i >= 3));
+}
+
+void TestInitialValuesAreDeterministic() {
+  for (InitializerKind kind : {InitializerKind::kZeros, InitializerKind::kUniform,
+                               InitializerKind::kTruncatedNormal}) {
+    Table a(Config(16, OptimizerKind::kSgd, kind, 2));
+    Table b(Config(16, OptimizerKind::kSgd, kind, 6));  // another stripe layout
+    std::vector<uint64_t> keys(5000);
+    std::mt19937_64 rng(1);
+    for (auto& k : keys) k = rng();
+    std::vector<float> va(keys.size() * 16), vb(keys.size() * 16);
+    a.FindOrInsert(keys.data(), keys.size(), va.data(), kThreads);
+    b.Find(keys.data(), keys.size(), vb.data(), nullptr, kSerial);
+    CHECK_TRUE(va == vb);
+    double sum = 0, sq = 0;
+    bool in_range = true;
+    for (float v : va) {
+      sum += v;
+      sq += double(v) * v;
+      if (kind == InitializerKind::kZeros) in_range &= v == 0.0f;
+      if (kind == InitializerKind::kUniform) in_range &= v >= -1.0f && v < 1.0f;
+      if (kind == InitializerKind::kTruncatedNormal) in_range &= std::fabs(v) <= 1.0f;
+    }
+    CHECK_TRUE(in_range);
+    const double mean = sum / va.size(), var = sq / va.size() - mean * mean;
+    CHECK_TRUE(std::fabs(mean) < 0.02);
+    if (kind == InitializerKind::kUniform) CHECK_TRUE(std::fabs(var - 1.0 / 3.0) < 0.01);
+    // Truncated at 2 sigma, the variance of a unit normal is 0.7737.
+    if (kind == InitializerKind::kTruncatedNormal) CHECK_TRUE(std::fabs(var - 0.25 * 0.7737) < 0.005);
+  }
+  TableConfig other_seed = Config(8, OptimizerKind::kSgd, InitializerKind::kUniform);
+  other_seed.seed = 43;
+  Table a(Config(8, OptimizerKind::kSgd, InitializerKind::kUniform)), b(other_seed);
+  const uint64_t key = 12345;
+  std::vector<float> va(8), vb(8);
+  a.Find(&key, 1, va.data(), nullptr, kSerial);
+  b.Find(&key, 1, vb.data(), nullptr, kSerial);
+  CHECK_TRUE(va != vb);
+}
+
+void TestGrowthRemoveAndReinsert() {
+  Table t(Config(3, OptimizerKind::kAdagrad, InitializerKind::kUniform, 3));
+  const int64_t n = 300000;
+  std::vector<uint64_t> keys(n);
+  for (int64_t i = 0; i < n; ++i) keys[i] = static_cast<uint64_t>(i) * 7919;  // clustered IDs
+  std::vector<float> inserted(n * 3), found(n * 3);
+  for (int64_t b = 0; b < n; b += 10000) {
+    t.FindOrInsert(keys.data() + b, 10000, inserted.data() + b * 3, kThreads);
+  }
+  CHECK_TRUE(t.Size() == n);
+  std::vector<uint8_t> exists(n);
+  t.Find(keys.data(), n, found.data(), exists.data(), kThreads);
+  CHECK_TRUE(found == inserted);
+  int64_t present = 0;
+  for (auto e : exists) present += e;
+  CHECK_TRUE(present == n);
+  CHECK_TRUE(t.Remove(keys.data(), n / 2, kThreads) == n / 2);
+  CHECK_TRUE(t.Remove(keys.data(), n / 2, kThreads) == 0);
+  CHECK_TRUE(t.Size() == n - n / 2);
+  t.Find(keys.data(), n, found.data(), exists.data(), kSerial);
+  present = 0;
+  for (int64_t i = 0; i < n; ++i) present += exists[i] == (i >= n / 2);
+  CHECK_TRUE(present == n);
+  // Removed rows are recycled: reinsertion must not grow the arena.
+  const int64_t bytes = t.MemoryBytes();
+  t.FindOrInsert(keys.data(), n / 2, found.data(), kSerial);
+  CHECK_TRUE(t.MemoryBytes() == bytes);
+  CHECK_TRUE(t.Size() == n);
+  t.Clear();
+  CHECK_TRUE(t.Size() == 0);
+  t.Find(keys.data(), n, found.data(), exists.data(), kSerial);
+  CHECK_TRUE(exists[0] == 0 && exists[n - 1] == 0);
+}
+
+void TestNonFiniteGradientRejectsWholeApply() {
+  Table t(Config(2, OptimizerKind::kAdagrad, InitializerKind::kUniform));
+  std::vector<uint64_t> keys = {5, 6, 7};
+  std::vector<float> before(6), after(6);
+  t.FindOrInsert(keys.data(), 3, before.data(), kSerial);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> grads = {1, 1, 1, 1, 1, bad};
+    CHECK_TRUE(!t.ApplyGradients(keys.data(), 3, grads.data(), 1, kThreads));
+  }
+  t.Find(keys.data(), 3, after.data(), nullptr, kSerial);
+  CHECK_TRUE(before == after);
+  int64_t meta[kNumMetadata];
+  std::vector<float> v, s;
+  CHECK_TRUE(t.DebugRow(5, &v, &s, meta));
+  CHECK_TRUE(meta[kCount] == 0 && s[0] == 0.1f);
+}
+
+void TestExportImportRoundTrip() {
+  for (OptimizerKind opt : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kFtrl}) {
+    TableConfig config = Config(5, opt, InitializerKind::kTruncatedNormal);
+    Table t(config);
+    const int64_t n = 1000;
+    std::vector<uint64_t> keys(n);
+    std::mt19937_64 rng(3);
+    for (auto& k : keys) k = rng();
+    std::vector<float> values(n * 5), grads(n * 5, 0.25f);
+    t.FindOrInsert(keys.data(), n, values.data(), kSerial);
+    CHECK_TRUE(t.ApplyGradients(keys.data(), n / 2, grads.data(), 9, kSerial));
+    Table copy(config);
+    int64_t cursor = 0, exported = 0, chunks = 0;
+    do {
+      ExportChunk c = t.Export(cursor, 97);
+      CHECK_TRUE(static_cast<int64_t>(c.keys.size()) <= 97);
+      copy.Import(reinterpret_cast<const uint64_t*>(c.keys.data()), c.keys.size(), c.values.data(),
+                  c.slots.data(), c.metadata.data(), kSerial);
+      exported += c.keys.size();
+      cursor = c.next_cursor;
+      ++chunks;
+    } while (cursor >= 0);
+    CHECK_TRUE(exported == n);
+    CHECK_TRUE(chunks >= n / 97);
+    CHECK_TRUE(copy.Size() == n);
+    for (int64_t i = 0; i < n; i += 37) {
+      std::vector<float> v1, s1, v2, s2;
+      int64_t m1[kNumMetadata], m2[kNumMetadata];
+      CHECK_TRUE(t.DebugRow(keys[i], &v1, &s1, m1) && copy.DebugRow(keys[i], &v2, &s2, m2));
+      CHECK_TRUE(v1 == v2 && s1 == s2);
+      CHECK_TRUE(std::memcmp(m1, m2, sizeof(m1)) == 0);
+      CHECK_TRUE(m1[kCount] == (i < n / 2 ? 1 : 0));
+      CHECK_TRUE(m1[kLastStep] == (i < n / 2 ? 9 : 0));
+      CHECK_TRUE(m1[kOptimizerStep] == (opt == OptimizerKind::kAdam && i < n / 2 ? 1 : 0));
+    }
+  }
+}
+
+// Many threads run find_or_insert, apply and find on overlapping keys. SGD with
+// learning rate 1 and gradients that are small multiples of 1/8 is exact in float, so
+// the final rows must equal a single-threaded replay bit for bit whatever the order.
+void TestConcurrentStressMatchesReplay() {
+  TableConfig config = Config(8, OptimizerKind::kSgd, InitializerKind::kZeros, 3);
+  config.optimizer.learning_rate = 1.0f;
+  Table shared(config), replay(config);
+  const int kThreadsN = 8, kRounds = 200, kBatch = 512, kKeySpace = 3000;
+  auto batch_of = [&](int thread, int round, std::vector<uint64_t>* keys, std::vector<float>* grads) {
+    std::mt19937_64 rng(thread * 100003 + round);
+    keys->resize(kBatch);
+    grads->resize(kBatch * 8);
+    for (auto& k : *keys) k = rng() % kKeySpace * 0x9e3779b97f4a7c15ULL;
+    for (auto& g : *grads) g = static_cast<float>(static_cast<int>(rng() % 9) - 4) / 8.0f;
+  };
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreadsN; ++th) {
+    threads.emplace_back([&, th] {
+      std::vector<uint64_t> keys;
+      std::vector<float> grads, out(kBatch * 8);
+      const ParallelFor pf = th % 2 ? kSerial : ThreadedParallelFor(2);
+      for (int r = 0; r < kRounds; ++r) {
+        batch_of(th, r, &keys, &grads);
+        shared.FindOrInsert(keys.data(), kBatch, out.data(), pf);
+        shared.ApplyGradients(keys.data(), kBatch, grads.data(), r, pf);
+        shared.Find(keys.data(), kBatch, out.data(), nullptr, pf);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<uint64_t> keys;
+  std::vector<float> grads;
+  for (int th = 0; th < kThreadsN; ++th) {
+    for (int r = 0; r < kRounds; ++r) {
+      batch_of(th, r, &keys, &grads);
+      replay.ApplyGradients(keys.data(), kBatch, grads.data(), r, kSerial);
+    }
+  }
+  CHECK_TRUE(shared.Size() == replay.Size());
+  int64_t mismatched = 0, total_count_shared = 0, total_count_replay = 0;
+  for (int k = 0; k < kKeySpace; ++k) {
+    const uint64_t key = k * 0x9e3779b97f4a7c15ULL;
+    std::vector<float> v1, s1, v2, s2;
+    int64_t m1[kNumMetadata], m2[kNumMetadata];
+    const bool a = shared.DebugRow(key, &v1, &s1, m1), b = replay.DebugRow(key, &v2, &s2, m2);
+    if (a != b || (a && v1 != v2)) ++mismatched;
+    if (a) total_count_shared += m1[kCount];
+    if (b) total_count_replay += m2[kCount];
+  }
+  CHECK_TRUE(mismatched == 0);
+  CHECK_TRUE(total_count_shared == int64_t{kThreadsN} * kRounds * kBatch);
+  CHECK_TRUE(total_count_shared == total_count_replay);
+}
+
+}  // namespace
+}  // namespace tfps
+
+int main() {
+  tfps::TestEdgeKeysAreOrdinary();
+  tfps::TestInitialValuesAreDeterministic();
+  tfps::TestGrowthRemoveAndReinsert();
+  tfps::TestNonFiniteGradientRejectsWholeApply();
+  tfps::TestExportImportRoundTrip();
+  tfps::TestConcurrentStressMatchesReplay();
+  std::printf("table_test: %d checks, %d failed\n", tfps::checks, tfps::failures);
+  return tfps::failures == 0 ? 0 : 1;
+}
