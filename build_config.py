@@ -1,0 +1,28 @@
+"""The single place the pip build takes its C++ sources and compile flags from.
+
+Bazel keeps its own copy of the flags in one macro (`custom_ops/build_defs.bzl`); a test
+checks that both builds list the same sources.
+"""
+
+CORE_SOURCES = [
+    "custom_ops/core/memory.cc",
+    "custom_ops/core/table.cc",
+]
+
+OP_SOURCES = [
+    "custom_ops/table/ops/table_ops.cc",
+    "custom_ops/table/kernels/table_resource.cc",
+    "custom_ops/table/kernels/table_kernels.cc",
+]
+
+CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc"]
+
+CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-pthread", "-Wno-deprecated-declarations"]
+
+
+def tensorflow_flags():
+    """Compile and link flags of the installed TensorFlow, and its version."""
+    import tensorflow as tf
+
+    compile_flags = [f for f in tf.sysconfig.get_compile_flags() if not f.startswith("--std")]
+    return compile_flags, tf.sysconfig.get_link_flags(), tf.__version__

@@ -1,0 +1,324 @@
+// CPU kernels of the dynamic table ops: fetch and validate inputs, allocate outputs, and
+// hand the work to the core table.
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "custom_ops/table/kernels/table_resource.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/op_requires.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace tfps {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+namespace {
+
+const uint64_t* KeyData(const Tensor& keys) {
+  return reinterpret_cast<const uint64_t*>(keys.tensor_data().data());
+}
+
+// Base of every op that takes a table handle: resolves it and checks the dim attribute.
+class TableOpKernel : public OpKernel {
+ public:
+  explicit TableOpKernel(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    if (HasAttr(ctx, "dim")) OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  }
+
+ protected:
+  static bool HasAttr(OpKernelConstruction* ctx, const char* name) {
+    return ctx->def().attr().count(name) > 0;
+  }
+
+  absl::Status GetTable(OpKernelContext* ctx, ::tensorflow::core::RefCountPtr<TableResource>* out) {
+    TF_RETURN_IF_ERROR(::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), out));
+    if (dim_ >= 0 && (*out)->table().dim() != dim_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          type_string(), ": dim mismatch: the op was built for dim ", dim_,
+          " but the table has dim ", (*out)->table().dim()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckRows(const Tensor& keys, const Tensor& rows, const char* rows_name) const {
+    if (keys.dims() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          type_string(), ": keys must be a vector, got shape ", keys.shape().DebugString()));
+    }
+    if (rows.dims() != 2 || rows.dim_size(0) != keys.dim_size(0) || rows.dim_size(1) != dim_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          type_string(), ": ", rows_name, " must have shape [num_keys, dim] = [",
+          keys.dim_size(0), ", ", dim_, "], got ", rows.shape().DebugString()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ScalarInput(OpKernelContext* ctx, int index, const char* name, int64_t* value) const {
+    const Tensor& t = ctx->input(index);
+    if (!::tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          type_string(), ": ", name, " must be a scalar, got shape ", t.shape().DebugString()));
+    }
+    *value = t.scalar<int64_t>()();
+    return absl::OkStatus();
+  }
+
+  int64_t dim_ = -1;
+};
+
+class TableCreateOp : public OpKernel {
+ public:
+  explicit TableCreateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ParseTableConfig(ctx, &config_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
+    if (shared_name_.empty()) {
+      static std::atomic<int64_t> counter{0};
+      shared_name_ = absl::StrCat("_tfps_table_", name(), "_", counter++);
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const std::string container =
+        container_.empty() ? ctx->resource_manager()->default_container() : container_;
+    TableResource* resource = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->resource_manager()->LookupOrCreate<TableResource>(
+                            container, shared_name_, &resource,
+                            [this](TableResource** out) {
+                              *out = new TableResource(config_);
+                              return absl::OkStatus();
+                            }));
+    const int existing_dim = resource->table().dim();
+    resource->Unref();
+    OP_REQUIRES(ctx, existing_dim == config_.dim,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableCreate: a table named '", shared_name_, "' already exists with dim ",
+                    existing_dim, ", not ", config_.dim)));
+    Tensor* handle = nullptr;
+    ::tensorflow::AllocatorAttributes host;
+    host.set_on_host(true);
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &handle, host));
+    handle->scalar<::tensorflow::ResourceHandle>()() =
+        ::tensorflow::MakeResourceHandle<TableResource>(ctx, container, shared_name_);
+  }
+
+ private:
+  TableConfig config_;
+  std::string container_;
+  std::string shared_name_;
+};
+
+class TableFindOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    const Tensor& keys = ctx->input(1);
+    TensorShape values_shape = keys.shape();
+    values_shape.AddDim(dim_);
+    Tensor *values = nullptr, *exists = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, values_shape, &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &exists));
+    table->table().Find(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
+                         reinterpret_cast<uint8_t*>(exists->flat<bool>().data()),
+                         DeviceParallelFor(ctx));
+  }
+};
+
+class TableFindOrInsertOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    const Tensor& keys = ctx->input(1);
+    TensorShape values_shape = keys.shape();
+    values_shape.AddDim(dim_);
+    Tensor* values = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, values_shape, &values));
+    table->table().FindOrInsert(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
+                                DeviceParallelFor(ctx));
+  }
+};
+
+class TableApplyGradientsOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    const Tensor& keys = ctx->input(1);
+    const Tensor& grads = ctx->input(2);
+    OP_REQUIRES_OK(ctx, CheckRows(keys, grads, "gradients"));
+    int64_t step = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 3, "step", &step));
+    const bool applied = table->table().ApplyGradients(
+        KeyData(keys), keys.NumElements(), grads.flat<float>().data(), step, DeviceParallelFor(ctx));
+    OP_REQUIRES(ctx, applied,
+                absl::InvalidArgumentError(
+                    "Tfps>TableApplyGradients: gradients contain NaN or Inf; no row was updated"));
+  }
+};
+
+class TableInsertOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    const Tensor& keys = ctx->input(1);
+    const Tensor& values = ctx->input(2);
+    OP_REQUIRES_OK(ctx, CheckRows(keys, values, "values"));
+    table->table().Insert(KeyData(keys), keys.NumElements(), values.flat<float>().data(),
+                          DeviceParallelFor(ctx));
+  }
+};
+
+class TableRemoveOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES(ctx, keys.dims() == 1,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableRemove: keys must be a vector, got shape ", keys.shape().DebugString())));
+    Tensor* removed = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &removed));
+    removed->scalar<int64_t>()() =
+        table->table().Remove(KeyData(keys), keys.NumElements(), DeviceParallelFor(ctx));
+  }
+};
+
+class TableSizeOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    Tensor* size = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &size));
+    size->scalar<int64_t>()() = table->table().Size();
+  }
+};
+
+class TableClearOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    table->table().Clear();
+  }
+};
+
+// Base of export and import: also checks the num_slots attribute against the table.
+class TableTransferOpKernel : public TableOpKernel {
+ public:
+  explicit TableTransferOpKernel(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots_));
+  }
+
+ protected:
+  absl::Status GetTransferTable(OpKernelContext* ctx,
+                                ::tensorflow::core::RefCountPtr<TableResource>* table) {
+    TF_RETURN_IF_ERROR(GetTable(ctx, table));
+    if ((*table)->table().num_slots() != num_slots_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          type_string(), ": num_slots mismatch: the op was built for ", num_slots_,
+          " optimizer slots but the table's optimizer has ", (*table)->table().num_slots()));
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t num_slots_ = 0;
+};
+
+class TableExportOp : public TableTransferOpKernel {
+ public:
+  using TableTransferOpKernel::TableTransferOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTransferTable(ctx, &table));
+    int64_t cursor = 0, max_rows = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, "cursor", &cursor));
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 2, "max_rows", &max_rows));
+    OP_REQUIRES(ctx, cursor >= 0,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableExport: cursor must be >= 0 (0 starts an export), got ", cursor)));
+    OP_REQUIRES(ctx, max_rows > 0,
+                absl::InvalidArgumentError(
+                    absl::StrCat("Tfps>TableExport: max_rows must be > 0, got ", max_rows)));
+    const ExportChunk chunk = table->table().Export(cursor, max_rows);
+    const int64_t n = static_cast<int64_t>(chunk.keys.size());
+    Tensor *keys, *values, *slots, *metadata, *next;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &keys));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, dim_}), &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n, num_slots_, dim_}), &slots));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n, kNumMetadata}), &metadata));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({}), &next));
+    std::memcpy(keys->flat<int64_t>().data(), chunk.keys.data(), n * sizeof(int64_t));
+    std::memcpy(values->flat<float>().data(), chunk.values.data(), chunk.values.size() * sizeof(float));
+    std::memcpy(slots->flat<float>().data(), chunk.slots.data(), chunk.slots.size() * sizeof(float));
+    std::memcpy(metadata->flat<int64_t>().data(), chunk.metadata.data(),
+                chunk.metadata.size() * sizeof(int64_t));
+    next->scalar<int64_t>()() = chunk.next_cursor;
+  }
+};
+
+class TableImportOp : public TableTransferOpKernel {
+ public:
+  using TableTransferOpKernel::TableTransferOpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> table;
+    OP_REQUIRES_OK(ctx, GetTransferTable(ctx, &table));
+    const Tensor& keys = ctx->input(1);
+    const Tensor& values = ctx->input(2);
+    const Tensor& slots = ctx->input(3);
+    const Tensor& metadata = ctx->input(4);
+    OP_REQUIRES_OK(ctx, CheckRows(keys, values, "values"));
+    const int64_t n = keys.dim_size(0);
+    OP_REQUIRES(ctx, slots.dims() == 3 && slots.dim_size(0) == n &&
+                         slots.dim_size(1) == num_slots_ && slots.dim_size(2) == dim_,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableImport: slots must have shape [num_keys, num_slots, dim] = [", n,
+                    ", ", num_slots_, ", ", dim_, "], got ", slots.shape().DebugString())));
+    OP_REQUIRES(ctx, metadata.dims() == 2 && metadata.dim_size(0) == n &&
+                         metadata.dim_size(1) == kNumMetadata,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableImport: metadata must have shape [num_keys, 3], got ",
+                    metadata.shape().DebugString())));
+    table->table().Import(KeyData(keys), n, values.flat<float>().data(), slots.flat<float>().data(),
+                          metadata.flat<int64_t>().data(), DeviceParallelFor(ctx));
+  }
+};
+
+#define TFPS_REGISTER_KEYED(name, kernel)                                              \
+  REGISTER_KERNEL_BUILDER(                                                           \
+      Name(name).Device(DEVICE_CPU).TypeConstraint<int64_t>("Tkey"), kernel);        \
+  REGISTER_KERNEL_BUILDER(                                                           \
+      Name(name).Device(DEVICE_CPU).TypeConstraint<::tensorflow::uint64>("Tkey"), kernel)
+
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableCreate").Device(DEVICE_CPU), TableCreateOp);
+TFPS_REGISTER_KEYED("Tfps>TableFind", TableFindOp);
+TFPS_REGISTER_KEYED("Tfps>TableFindOrInsert", TableFindOrInsertOp);
+TFPS_REGISTER_KEYED("Tfps>TableApplyGradients", TableApplyGradientsOp);
+TFPS_REGISTER_KEYED("Tfps>TableInsert", TableInsertOp);
+TFPS_REGISTER_KEYED("Tfps>TableRemove", TableRemoveOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableSize").Device(DEVICE_CPU), TableSizeOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableClear").Device(DEVICE_CPU), TableClearOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableExport").Device(DEVICE_CPU), TableExportOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableImport").Device(DEVICE_CPU), TableImportOp);
+
+}  // namespace
+}  // namespace tfps

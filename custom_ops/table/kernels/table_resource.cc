@@ -1,0 +1,129 @@
+#include "custom_ops/table/kernels/table_resource.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tensorflow/core/framework/op_requires.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+namespace tfps {
+
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+
+std::string TableResource::DebugString() const {
+  return absl::StrCat("tfps dynamic table (dim ", table_.dim(), ", ", table_.Size(), " keys)");
+}
+
+namespace {
+
+absl::Status ExpectParams(const std::string& what, const std::vector<float>& params,
+                          size_t expected, const std::string& meaning) {
+  if (params.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tfps>TableCreate: ", what, " takes ", expected, " parameters (", meaning, "), got ",
+        params.size(), ": [", absl::StrJoin(params, ", "), "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
+  int64_t dim = 0, seed = 0;
+  std::string optimizer, initializer;
+  std::vector<float> opt_params, init_params;
+  float lr = 0;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("dim", &dim));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("optimizer", &optimizer));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("learning_rate", &lr));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("optimizer_params", &opt_params));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_params", &init_params));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &seed));
+  if (dim > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("Tfps>TableCreate: dim must be <= 65536, got ", dim));
+  }
+  if (!(lr > 0.0f) || !std::isfinite(lr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Tfps>TableCreate: learning_rate must be a positive finite number, got ", lr));
+  }
+  config->dim = static_cast<int>(dim);
+  config->seed = static_cast<uint64_t>(seed);
+  OptimizerConfig& opt = config->optimizer;
+  opt.learning_rate = lr;
+  ParseOptimizerKind(optimizer, &opt.kind);  // the attr's allowed values are checked by TF
+  switch (opt.kind) {
+    case OptimizerKind::kSgd:
+      TF_RETURN_IF_ERROR(ExpectParams("sgd", opt_params, 0, "none"));
+      break;
+    case OptimizerKind::kAdagrad:
+      TF_RETURN_IF_ERROR(ExpectParams("adagrad", opt_params, 2, "initial_accumulator, epsilon"));
+      opt.initial_accumulator = opt_params[0];
+      opt.epsilon = opt_params[1];
+      break;
+    case OptimizerKind::kAdam:
+      TF_RETURN_IF_ERROR(ExpectParams("adam", opt_params, 3, "beta1, beta2, epsilon"));
+      opt.beta1 = opt_params[0];
+      opt.beta2 = opt_params[1];
+      opt.epsilon = opt_params[2];
+      break;
+    case OptimizerKind::kFtrl:
+      TF_RETURN_IF_ERROR(ExpectParams("ftrl", opt_params, 4, "initial_accumulator, l1, l2, lr_power"));
+      opt.initial_accumulator = opt_params[0];
+      opt.l1 = opt_params[1];
+      opt.l2 = opt_params[2];
+      opt.lr_power = opt_params[3];
+      if (opt.lr_power > 0.0f) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Tfps>TableCreate: ftrl lr_power must be <= 0, got ", opt.lr_power));
+      }
+      break;
+  }
+  if ((opt.kind == OptimizerKind::kAdagrad || opt.kind == OptimizerKind::kFtrl) &&
+      !(opt.initial_accumulator > 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tfps>TableCreate: ", optimizer, " initial_accumulator must be > 0, got ",
+        opt.initial_accumulator));
+  }
+  InitializerConfig& init = config->initializer;
+  ParseInitializerKind(initializer, &init.kind);
+  switch (init.kind) {
+    case InitializerKind::kZeros:
+      TF_RETURN_IF_ERROR(ExpectParams("zeros", init_params, 0, "none"));
+      break;
+    case InitializerKind::kUniform:
+      TF_RETURN_IF_ERROR(ExpectParams("uniform", init_params, 2, "low, high"));
+      if (!(init_params[0] < init_params[1])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Tfps>TableCreate: uniform needs low < high, got [", init_params[0], ", ",
+            init_params[1], ")"));
+      }
+      break;
+    case InitializerKind::kTruncatedNormal:
+      TF_RETURN_IF_ERROR(ExpectParams("truncated_normal", init_params, 2, "mean, stddev"));
+      if (!(init_params[1] > 0.0f)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Tfps>TableCreate: truncated_normal stddev must be > 0, got ", init_params[1]));
+      }
+      break;
+  }
+  if (!init_params.empty()) {
+    init.a = init_params[0];
+    init.b = init_params[1];
+  }
+  return absl::OkStatus();
+}
+
+ParallelFor DeviceParallelFor(OpKernelContext* ctx) {
+  ::tensorflow::thread::ThreadPool* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  return [pool](int64_t total, int64_t cost_per_unit,
+                const std::function<void(int64_t, int64_t)>& fn) {
+    if (total <= 0) return;
+    pool->ParallelFor(total, cost_per_unit, fn);
+  };
+}
+
+}  // namespace tfps

@@ -1,0 +1,187 @@
+// Op registrations for the dynamic table. Every op but create takes the table's resource
+// handle; dim and num_slots attributes give static shapes and are checked against the
+// table at run time.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfps {
+
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+absl::Status ScalarInput(InferenceContext* c, int index) {
+  ShapeHandle unused;
+  return c->WithRank(c->input(index), 0, &unused);
+}
+
+int64_t DimAttr(InferenceContext* c) {
+  int64_t dim = 0;
+  if (!c->GetAttr("dim", &dim).ok()) return InferenceContext::kUnknownDim;
+  return dim;
+}
+
+// keys of any shape -> keys.shape + [dim].
+absl::Status KeysByDim(InferenceContext* c, ShapeHandle keys, ShapeHandle* out) {
+  return c->Concatenate(keys, c->Vector(DimAttr(c)), out);
+}
+
+// keys [n], rows [n, dim].
+absl::Status KeyedRows(InferenceContext* c, int keys_index, int rows_index) {
+  ShapeHandle keys, rows;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(keys_index), 1, &keys));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(rows_index), 2, &rows));
+  DimensionHandle unused;
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(keys, 0), c->Dim(rows, 0), &unused));
+  return c->Merge(c->Dim(rows, 1), c->MakeDim(DimAttr(c)), &unused);
+}
+
+}  // namespace
+
+REGISTER_OP("Tfps>TableCreate")
+    .Output("table_handle: resource")
+    .Attr("dim: int >= 1")
+    .Attr("optimizer: {'sgd', 'adagrad', 'adam', 'ftrl'}")
+    .Attr("learning_rate: float")
+    .Attr("optimizer_params: list(float) = []")
+    .Attr("initializer: {'zeros', 'uniform', 'truncated_normal'}")
+    .Attr("initializer_params: list(float) = []")
+    .Attr("seed: int = 0")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Creates (or finds, by shared_name) a dynamic embedding table.
+optimizer_params: adagrad [initial_accumulator, epsilon]; adam [beta1, beta2, epsilon];
+  ftrl [initial_accumulator, l1, l2, lr_power]; sgd [].
+initializer_params: uniform [low, high]; truncated_normal [mean, stddev]; zeros [].
+)doc");
+
+REGISTER_OP("Tfps>TableFind")
+    .Input("table_handle: resource")
+    .Input("keys: Tkey")
+    .Output("values: float")
+    .Output("exists: bool")
+    .Attr("Tkey: {int64, uint64}")
+    .Attr("dim: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle values;
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      TF_RETURN_IF_ERROR(KeysByDim(c, c->input(1), &values));
+      c->set_output(0, values);
+      c->set_output(1, c->input(1));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("Tfps>TableFindOrInsert")
+    .Input("table_handle: resource")
+    .Input("keys: Tkey")
+    .Output("values: float")
+    .Attr("Tkey: {int64, uint64}")
+    .Attr("dim: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle values;
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      TF_RETURN_IF_ERROR(KeysByDim(c, c->input(1), &values));
+      c->set_output(0, values);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("Tfps>TableApplyGradients")
+    .Input("table_handle: resource")
+    .Input("keys: Tkey")
+    .Input("gradients: float")
+    .Input("step: int64")
+    .Attr("Tkey: {int64, uint64}")
+    .Attr("dim: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+      return KeyedRows(c, 1, 2);
+    });
+
+REGISTER_OP("Tfps>TableInsert")
+    .Input("table_handle: resource")
+    .Input("keys: Tkey")
+    .Input("values: float")
+    .Attr("Tkey: {int64, uint64}")
+    .Attr("dim: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      return KeyedRows(c, 1, 2);
+    });
+
+REGISTER_OP("Tfps>TableRemove")
+    .Input("table_handle: resource")
+    .Input("keys: Tkey")
+    .Output("removed: int64")
+    .Attr("Tkey: {int64, uint64}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("Tfps>TableSize")
+    .Input("table_handle: resource")
+    .Output("size: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("Tfps>TableClear")
+    .Input("table_handle: resource")
+    .SetShapeFn([](InferenceContext* c) { return ScalarInput(c, 0); });
+
+REGISTER_OP("Tfps>TableExport")
+    .Input("table_handle: resource")
+    .Input("cursor: int64")
+    .Input("max_rows: int64")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Output("slots: float")
+    .Output("metadata: int64")
+    .Output("next_cursor: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 1));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 2));
+      int64_t num_slots = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_slots", &num_slots));
+      const DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, DimAttr(c)));
+      c->set_output(2, c->MakeShape({n, c->MakeDim(num_slots), c->MakeDim(DimAttr(c))}));
+      c->set_output(3, c->Matrix(n, 3));
+      c->set_output(4, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("Tfps>TableImport")
+    .Input("table_handle: resource")
+    .Input("keys: int64")
+    .Input("values: float")
+    .Input("slots: float")
+    .Input("metadata: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      TF_RETURN_IF_ERROR(KeyedRows(c, 1, 2));
+      ShapeHandle slots, metadata;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 3, &slots));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 2, &metadata));
+      return absl::OkStatus();
+    });
+
+}  // namespace tfps

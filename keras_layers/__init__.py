@@ -1,0 +1,1 @@
+"""Keras layers of tfps, installed as `tfps.keras_layers`."""

@@ -1,0 +1,50 @@
+"""Builds the tfps op library against the installed TensorFlow's tf.sysconfig flags."""
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import build_config  # noqa: E402  (lives beside this file)
+
+
+class BuildTfOpLibrary(build_ext):
+    """Compiles every source in parallel with the TF flags and links one shared library."""
+
+    def build_extension(self, ext):
+        compile_flags, link_flags, tf_version = build_config.tensorflow_flags()
+        cxx = os.environ.get("CXX", "g++")
+        objects_dir = os.path.join(self.build_temp, "tfps_objects")
+        os.makedirs(objects_dir, exist_ok=True)
+
+        def compile_one(source):
+            obj = os.path.join(objects_dir, source.replace("/", "_") + ".o")
+            cmd = [cxx, "-c", os.path.join(HERE, source), "-o", obj, "-I", HERE]
+            cmd += build_config.CXXFLAGS + compile_flags
+            subprocess.run(cmd, check=True)
+            return obj
+
+        jobs = max(1, os.cpu_count() or 1)
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            objects = list(pool.map(compile_one, ext.sources))
+        output = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(output), exist_ok=True)
+        subprocess.run([cxx, "-shared", "-o", output] + objects + link_flags + ["-pthread"],
+                       check=True)
+        info = {"tensorflow_version": tf_version, "library": os.path.basename(output)}
+        with open(os.path.join(os.path.dirname(output), "_tfps_ops.build.json"), "w") as f:
+            json.dump(info, f)
+
+
+setup(
+    ext_modules=[
+        Extension("tfps._tfps_ops", sources=build_config.CORE_SOURCES + build_config.OP_SOURCES)
+    ],
+    cmdclass={"build_ext": BuildTfOpLibrary},
+)

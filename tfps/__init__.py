@@ -1,0 +1,9 @@
+"""tfps: parameter-server training of dynamic embedding tables for TensorFlow."""
+
+from tfps import initializers
+from tfps import optimizers
+from tfps.table import DynamicTable, TableRows
+
+__version__ = "0.1.0"
+
+__all__ = ["DynamicTable", "TableRows", "initializers", "optimizers"]

@@ -1,0 +1,148 @@
+"""Server-side sparse optimizers of a dynamic table.
+
+They are applied by the table's own ops on the parameter server, row by row, with
+TensorFlow's formulas: a pre-sized Keras embedding trained with the Keras optimizer of the
+same name and hyperparameters follows the same trajectory.
+"""
+
+
+class SparseOptimizer:
+    """Base: a name the op understands and a flat list of hyperparameters."""
+
+    op_name = ""
+
+    def __init__(self, learning_rate):
+        _check_positive("learning_rate", learning_rate, type(self).__name__)
+        self.learning_rate = float(learning_rate)
+
+    def op_params(self):
+        """Hyperparameters after learning_rate, in the order Tfps>TableCreate expects."""
+        return []
+
+    @property
+    def num_slots(self):
+        return {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}[self.op_name]
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.get_config() == other.get_config()
+
+
+class SGD(SparseOptimizer):
+    """value -= learning_rate * gradient."""
+
+    op_name = "sgd"
+
+    def __init__(self, learning_rate=0.01):
+        super().__init__(learning_rate)
+
+
+class Adagrad(SparseOptimizer):
+    """accumulator += g^2; value -= lr * g / (sqrt(accumulator) + epsilon)."""
+
+    op_name = "adagrad"
+
+    def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1, epsilon=1e-7):
+        super().__init__(learning_rate)
+        _check_positive("initial_accumulator_value", initial_accumulator_value, "Adagrad")
+        self.initial_accumulator_value = float(initial_accumulator_value)
+        self.epsilon = float(epsilon)
+
+    def op_params(self):
+        return [self.initial_accumulator_value, self.epsilon]
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate,
+                "initial_accumulator_value": self.initial_accumulator_value,
+                "epsilon": self.epsilon}
+
+
+class Adam(SparseOptimizer):
+    """Lazy Adam: each row keeps its own step count, so rarely seen rows are not decayed."""
+
+    op_name = "adam"
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+        super().__init__(learning_rate)
+        for name, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"Adam: {name} must be in [0, 1), got {beta!r}")
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+
+    def op_params(self):
+        return [self.beta_1, self.beta_2, self.epsilon]
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate, "beta_1": self.beta_1,
+                "beta_2": self.beta_2, "epsilon": self.epsilon}
+
+
+class Ftrl(SparseOptimizer):
+    """FTRL-Proximal (TensorFlow's ApplyFtrlV2 without shrinkage); beta folds into l2."""
+
+    op_name = "ftrl"
+
+    def __init__(self, learning_rate=0.001, learning_rate_power=-0.5,
+                 initial_accumulator_value=0.1, l1_regularization_strength=0.0,
+                 l2_regularization_strength=0.0, beta=0.0):
+        super().__init__(learning_rate)
+        if learning_rate_power > 0:
+            raise ValueError(f"Ftrl: learning_rate_power must be <= 0, got {learning_rate_power!r}")
+        _check_positive("initial_accumulator_value", initial_accumulator_value, "Ftrl")
+        for name, v in (("l1_regularization_strength", l1_regularization_strength),
+                        ("l2_regularization_strength", l2_regularization_strength),
+                        ("beta", beta)):
+            if v < 0:
+                raise ValueError(f"Ftrl: {name} must be >= 0, got {v!r}")
+        self.learning_rate_power = float(learning_rate_power)
+        self.initial_accumulator_value = float(initial_accumulator_value)
+        self.l1_regularization_strength = float(l1_regularization_strength)
+        self.l2_regularization_strength = float(l2_regularization_strength)
+        self.beta = float(beta)
+
+    def op_params(self):
+        l2 = self.l2_regularization_strength + self.beta / (2.0 * self.learning_rate)
+        return [self.initial_accumulator_value, self.l1_regularization_strength, l2,
+                self.learning_rate_power]
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate,
+                "learning_rate_power": self.learning_rate_power,
+                "initial_accumulator_value": self.initial_accumulator_value,
+                "l1_regularization_strength": self.l1_regularization_strength,
+                "l2_regularization_strength": self.l2_regularization_strength,
+                "beta": self.beta}
+
+
+_BY_NAME = {"sgd": SGD, "adagrad": Adagrad, "adam": Adam, "ftrl": Ftrl}
+
+
+def serialize(optimizer):
+    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
+
+
+def get(identifier):
+    """An optimizer from an instance, a name ("adagrad") or a `serialize` dict."""
+    if isinstance(identifier, SparseOptimizer):
+        return identifier
+    if isinstance(identifier, str) and identifier.lower() in _BY_NAME:
+        return _BY_NAME[identifier.lower()]()
+    if isinstance(identifier, dict) and identifier.get("class_name", "").lower() in _BY_NAME:
+        return _BY_NAME[identifier["class_name"].lower()].from_config(identifier["config"])
+    raise ValueError(
+        f"unknown tfps optimizer {identifier!r}; use tfps.optimizers.SGD, Adagrad, Adam or Ftrl")
+
+
+def _check_positive(name, value, owner):
+    if not (isinstance(value, (int, float)) and value > 0):
+        raise ValueError(f"{owner}: {name} must be a positive number, got {value!r}")

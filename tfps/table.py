@@ -1,0 +1,219 @@
+"""DynamicTable: a growable hash-table embedding with a server-side optimizer."""
+
+import collections
+import itertools
+
+import tensorflow as tf
+
+from tfps import initializers as initializers_lib
+from tfps import optimizers as optimizers_lib
+from tfps._ops import ops
+
+TableRows = collections.namedtuple("TableRows", ["keys", "values", "slots", "metadata"])
+TableRows.__doc__ = """Rows of a table, as exported and imported.
+
+keys: int64 [n]. values: float32 [n, dim]. slots: float32 [n, num_slots, dim].
+metadata: int64 [n, 3], columns (occurrence count, last-seen step, optimizer step).
+"""
+
+_INT64_MAX = (1 << 63) - 1
+_table_ids = itertools.count()
+
+
+class DynamicTable(tf.saved_model.experimental.TrackableResource):
+    """Maps 64-bit keys to float rows; grows as keys arrive; applies its own optimizer.
+
+    Every key of the 64-bit space is an ordinary key. A key that is absent reads as its
+    initial value, a function of (seed, key) only. The table is a TF2 trackable:
+    `tf.train.Checkpoint` saves and restores every key, value, slot and metadata.
+
+    Args:
+      dim: width of each row.
+      optimizer: a `tfps.optimizers` instance or name; applied by `apply_gradients`.
+      initializer: a `tfps.initializers` instance or name.
+      seed: seed of the initial values.
+      name: prefix of the table's resource name.
+    """
+
+    def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0,
+                 name="dynamic_table"):
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"DynamicTable: dim must be a positive int, got {dim!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"DynamicTable: seed must be an int, got {seed!r}")
+        self._dim = dim
+        self._optimizer = optimizers_lib.get(optimizer)
+        self._initializer = initializers_lib.get(
+            initializer if initializer is not None else initializers_lib.RandomUniform())
+        self._seed = seed
+        self._name = name
+        self._shared_name = f"{name}_{next(_table_ids)}_{id(self):x}"
+        super().__init__()
+        with tf.init_scope():
+            self._resource_handle = self._create_resource()
+
+    @property
+    def dim(self):
+        return self._dim
+
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    @property
+    def initializer(self):
+        return self._initializer
+
+    @property
+    def seed(self):
+        return self._seed
+
+    @property
+    def name(self):
+        return self._name
+
+    @property
+    def num_slots(self):
+        return self._optimizer.num_slots
+
+    def _create_resource(self):
+        return ops.tfps_table_create(
+            dim=self._dim,
+            optimizer=self._optimizer.op_name,
+            learning_rate=self._optimizer.learning_rate,
+            optimizer_params=self._optimizer.op_params(),
+            initializer=self._initializer.op_name,
+            initializer_params=self._initializer.op_params(),
+            seed=self._seed,
+            shared_name=self._shared_name)
+
+    def _destroy_resource(self):
+        # Without this, an eager table would live in the resource manager until the
+        # process ends, as TensorFlow's own tables do.
+        tf.raw_ops.DestroyResourceOp(resource=self.resource_handle, ignore_lookup_error=True)
+
+    # Lookups and updates.
+
+    def find(self, keys, return_exists=False):
+        """Rows of `keys` without inserting; absent keys read as their initial value.
+
+        Args:
+          keys: int64/uint64 (int32 is widened) tensor of any shape S.
+          return_exists: also return a bool tensor of shape S, true where the key is present.
+
+        Returns:
+          float32 [*S, dim], and the exists mask if asked for.
+        """
+        keys = _as_keys(keys, "find")
+        values, exists = ops.tfps_table_find(self.resource_handle, keys, dim=self._dim)
+        return (values, exists) if return_exists else values
+
+    def find_or_insert(self, keys):
+        """Rows of `keys`, inserting absent keys with their initial value: float32 [*S, dim]."""
+        keys = _as_keys(keys, "find_or_insert")
+        return ops.tfps_table_find_or_insert(self.resource_handle, keys, dim=self._dim)
+
+    def apply_gradients(self, keys, gradients, step=0):
+        """Applies the optimizer to each key's row, atomically per row.
+
+        Args:
+          keys: [n] unique keys (a repeated key is updated once per occurrence).
+          gradients: float32 [n, dim], already summed per key.
+          step: int64 scalar recorded as each key's last-seen step.
+
+        Raises:
+          InvalidArgumentError: if a gradient is NaN or Inf (no row is changed), or shapes
+            do not match.
+        """
+        keys = _as_keys(keys, "apply_gradients")
+        gradients = _as_float(gradients, "apply_gradients", "gradients")
+        step = tf.cast(step, tf.int64)
+        return ops.tfps_table_apply_gradients(self.resource_handle, keys, gradients, step,
+                                              dim=self._dim)
+
+    def insert(self, keys, values):
+        """Sets the value rows of `keys` [n] to `values` [n, dim]; slots are kept."""
+        keys = _as_keys(keys, "insert")
+        values = _as_float(values, "insert", "values")
+        return ops.tfps_table_insert(self.resource_handle, keys, values, dim=self._dim)
+
+    def remove(self, keys):
+        """Removes `keys` [n]; returns how many were present (int64 scalar)."""
+        return ops.tfps_table_remove(self.resource_handle, _as_keys(keys, "remove"))
+
+    def size(self):
+        """Number of keys (int64 scalar)."""
+        return ops.tfps_table_size(self.resource_handle)
+
+    def clear(self):
+        return ops.tfps_table_clear(self.resource_handle)
+
+    # Export and import.
+
+    def export_chunk(self, cursor, max_rows):
+        """Up to `max_rows` rows from `cursor` (0 starts): (TableRows, next_cursor).
+
+        next_cursor is -1 when the table is exhausted. Usable in tf.function.
+        """
+        keys, values, slots, metadata, next_cursor = ops.tfps_table_export(
+            self.resource_handle, tf.cast(cursor, tf.int64), tf.cast(max_rows, tf.int64),
+            dim=self._dim, num_slots=self.num_slots)
+        return TableRows(keys, values, slots, metadata), next_cursor
+
+    def export_chunks(self, max_rows=65536):
+        """Yields TableRows of at most `max_rows` rows until every row was seen (eager)."""
+        cursor = 0
+        while cursor >= 0:
+            rows, next_cursor = self.export_chunk(cursor, max_rows)
+            cursor = int(next_cursor)
+            if int(tf.size(rows.keys)) > 0:
+                yield rows
+
+    def export(self):
+        """Every row of the table as one TableRows (one copy of the table)."""
+        rows, _ = self.export_chunk(0, _INT64_MAX)
+        return rows
+
+    def import_rows(self, rows):
+        """Writes `TableRows` (keys, values, slots, metadata) into the table."""
+        keys = _as_keys(rows.keys, "import_rows")
+        return ops.tfps_table_import(
+            self.resource_handle, tf.cast(keys, tf.int64),
+            _as_float(rows.values, "import_rows", "values"),
+            _as_float(rows.slots, "import_rows", "slots"),
+            tf.cast(rows.metadata, tf.int64), dim=self._dim, num_slots=self.num_slots)
+
+    # Checkpointing (TF2 Trackable).
+
+    def _serialize_to_tensors(self):
+        rows = self.export()
+        return {"keys": rows.keys, "values": rows.values, "slots": rows.slots,
+                "metadata": rows.metadata}
+
+    def _restore_from_tensors(self, restored_tensors):
+        with tf.control_dependencies([self.clear()]):
+            return self.import_rows(TableRows(
+                restored_tensors["keys"], restored_tensors["values"],
+                restored_tensors["slots"], restored_tensors["metadata"]))
+
+
+def _as_keys(keys, method):
+    if not isinstance(keys, (tf.Tensor, tf.Variable)) and not hasattr(keys, "dtype"):
+        keys = tf.convert_to_tensor(keys, dtype=tf.int64)
+    elif not isinstance(keys, tf.Tensor):
+        keys = tf.convert_to_tensor(keys)
+    if keys.dtype in (tf.int64, tf.uint64):
+        return keys
+    if keys.dtype in (tf.int32, tf.uint32, tf.int16, tf.uint16, tf.int8, tf.uint8):
+        return tf.cast(keys, tf.int64)
+    raise TypeError(f"DynamicTable.{method}: keys must be an integer tensor (int64, uint64 or "
+                    f"narrower ints), got {keys.dtype.name}")
+
+
+def _as_float(x, method, what):
+    x = tf.convert_to_tensor(x)
+    if x.dtype == tf.float32:
+        return x
+    if x.dtype.is_floating or x.dtype.is_integer:
+        return tf.cast(x, tf.float32)
+    raise TypeError(f"DynamicTable.{method}: {what} must be float32, got {x.dtype.name}")
