@@ -13,6 +13,7 @@ OP_SOURCES = [
     "custom_ops/table/ops/table_ops.cc",
     "custom_ops/table/kernels/table_resource.cc",
     "custom_ops/table/kernels/table_kernels.cc",
+    "custom_ops/table/kernels/build_info.cc",
 ]
 
 CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc"]
@@ -21,8 +22,9 @@ CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-pthread", "-Wno-deprecated-declarati
 
 
 def tensorflow_flags():
-    """Compile and link flags of the installed TensorFlow, and its version."""
+    """Compile and link flags of the installed TensorFlow (its version is compiled in)."""
     import tensorflow as tf
 
     compile_flags = [f for f in tf.sysconfig.get_compile_flags() if not f.startswith("--std")]
-    return compile_flags, tf.sysconfig.get_link_flags(), tf.__version__
+    compile_flags.append(f'-DTFPS_TF_VERSION="{tf.__version__}"')
+    return compile_flags, tf.sysconfig.get_link_flags()

@@ -1,7 +1,6 @@
 """Builds the tfps op library against the installed TensorFlow's tf.sysconfig flags."""
 
 import concurrent.futures
-import json
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ class BuildTfOpLibrary(build_ext):
     """Compiles every source in parallel with the TF flags and links one shared library."""
 
     def build_extension(self, ext):
-        compile_flags, link_flags, tf_version = build_config.tensorflow_flags()
+        compile_flags, link_flags = build_config.tensorflow_flags()
         cxx = os.environ.get("CXX", "g++")
         objects_dir = os.path.join(self.build_temp, "tfps_objects")
         os.makedirs(objects_dir, exist_ok=True)
@@ -37,9 +36,6 @@ class BuildTfOpLibrary(build_ext):
         os.makedirs(os.path.dirname(output), exist_ok=True)
         subprocess.run([cxx, "-shared", "-o", output] + objects + link_flags + ["-pthread"],
                        check=True)
-        info = {"tensorflow_version": tf_version, "library": os.path.basename(output)}
-        with open(os.path.join(os.path.dirname(output), "_tfps_ops.build.json"), "w") as f:
-            json.dump(info, f)
 
 
 setup(

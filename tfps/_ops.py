@@ -1,28 +1,40 @@
 """The one place that loads the tfps op library."""
 
 import glob
-import json
 import os
+import re
 
 import tensorflow as tf
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_BUILD_INFO = os.path.join(_HERE, "_tfps_ops.build.json")
+_BUILD_INFO = re.compile(rb"TFPS_BUILT_FOR_TENSORFLOW=([0-9A-Za-z.+-]+);")
+
+
+def built_for_tensorflow(library_path):
+    """The TensorFlow version a tfps library file was compiled against, or None."""
+    with open(library_path, "rb") as f:
+        match = _BUILD_INFO.search(f.read())
+    return match.group(1).decode() if match else None
+
+
+def check_library(library_path, installed_version):
+    """Raises ImportError naming both versions if the library was built for another TF."""
+    built_for = built_for_tensorflow(library_path)
+    if built_for != installed_version:
+        raise ImportError(
+            f"tfps: the op library {os.path.basename(library_path)} was built for TensorFlow "
+            f"{built_for or 'unknown'}, but TensorFlow {installed_version} is installed; "
+            "rebuild tfps against this TensorFlow with `pip install --no-build-isolation "
+            "--force-reinstall .`")
 
 
 def _load():
     libraries = glob.glob(os.path.join(_HERE, "_tfps_ops*.so"))
-    if not libraries or not os.path.exists(_BUILD_INFO):
+    if not libraries:
         raise ImportError(
             f"tfps: the op library is missing from {_HERE}; build and install tfps with "
             "`pip install --no-build-isolation .` in an environment that has TensorFlow")
-    with open(_BUILD_INFO) as f:
-        built_for = json.load(f)["tensorflow_version"]
-    if built_for != tf.__version__:
-        raise ImportError(
-            f"tfps: the op library was built for TensorFlow {built_for}, but TensorFlow "
-            f"{tf.__version__} is installed; rebuild tfps against this TensorFlow with "
-            "`pip install --no-build-isolation --force-reinstall .`")
+    check_library(libraries[0], tf.__version__)
     return tf.load_op_library(libraries[0])
 
 

@@ -1,5 +1,6 @@
 #include "custom_ops/core/memory.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -9,7 +10,7 @@
 namespace tfps {
 namespace {
 
-constexpr size_t kMmapThreshold = size_t{1} << 20;
+constexpr size_t kMmapThreshold = size_t{64} << 10;
 constexpr size_t kHugePage = size_t{2} << 20;
 
 }  // namespace
@@ -38,6 +39,16 @@ void Deallocate(void* block, size_t bytes) {
   } else {
     munmap(block, bytes);
   }
+}
+
+}  // namespace tfps
+
+namespace tfps {
+
+void ReleaseFreedHeapMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 }  // namespace tfps

@@ -12,6 +12,10 @@ namespace tfps {
 void* AllocateZeroed(size_t bytes);
 void Deallocate(void* block, size_t bytes);
 
+// Hands freed heap memory back to the OS (glibc keeps it otherwise): the small blocks of a
+// destroyed table, and the temporaries of the calls that built it.
+void ReleaseFreedHeapMemory();
+
 }  // namespace tfps
 
 #endif  // TFPS_CORE_MEMORY_H_

@@ -278,6 +278,7 @@ Table::Table(const TableConfig& config) : config_(config) {
 
 Table::~Table() {
   for (auto& s : stripes_) s->FreeAll(row_bytes_);
+  ReleaseFreedHeapMemory();
 }
 
 template <typename Fn>

@@ -1,0 +1,64 @@
+"""Helpers shared by the benchmark scripts: key generators, timing, JSON-line output."""
+
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def scramble(ranks):
+    """Spreads small integers over the 64-bit space (MurmurHash3 finalizer, vectorized)."""
+    x = ranks.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(0xFF51AFD7ED558CCD)
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(0xC4CEB9FE1A85EC53)
+        x ^= x >> np.uint64(33)
+    return x.view(np.int64)
+
+
+def uniform_keys(n, seed=0):
+    return np.random.default_rng(seed).integers(-(2 ** 63), 2 ** 63 - 1, size=n, dtype=np.int64)
+
+
+def zipf_keys(n, a=1.1, seed=0):
+    """Power-law IDs: Zipf(a) ranks scrambled over the 64-bit space (many repeats)."""
+    return scramble(np.random.default_rng(seed).zipf(a, size=n))
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def median_seconds(fn, repeats=5, setup=None):
+    """Median wall time of fn() over `repeats` runs; setup() runs untimed before each."""
+    times = []
+    for _ in range(repeats):
+        if setup is not None:
+            setup()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def emit(record):
+    print(json.dumps(record), flush=True)
+
+
+def machine():
+    import platform
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}

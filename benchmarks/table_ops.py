@@ -1,0 +1,283 @@
+"""Throughput, growth and memory of the tfps table against TensorFlow's own tables.
+
+Prints one JSON line per measurement, then a summary line per target. Every
+implementation runs in its own child process, so memory that TensorFlow's tables never
+give back does not distort the next measurement.
+
+    python benchmarks/table_ops.py                 # everything (a few minutes on 2 cores)
+    python benchmarks/table_ops.py --quick         # fewer repeats, dim 8 only
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+BATCH = 1 << 20
+EMPTY_KEY, DELETED_KEY = -(2 ** 63), -(2 ** 63) + 1
+
+
+class Tfps:
+    name = "tfps"
+
+    def __init__(self, dim, optimizer="adagrad"):
+        import tfps
+        opt = tfps.optimizers.Adagrad(0.1) if optimizer == "adagrad" else tfps.optimizers.SGD(0.1)
+        self.table = tfps.DynamicTable(dim, optimizer=opt)
+
+    def populate(self, keys, values):
+        self.table.find_or_insert(keys)
+
+    def find(self, keys):
+        return self.table.find(keys)
+
+    def insert(self, keys, values):
+        return self.table.find_or_insert(keys)
+
+    def apply(self, keys, indices, grads):
+        return self.table.apply_gradients(keys, grads)
+
+
+class TfHashTable:
+    """DenseHashTable or MutableHashTable; insert takes precomputed values (untimed)."""
+
+    def __init__(self, dim, kind):
+        import tensorflow as tf
+        self.name = kind
+        default = tf.zeros([dim], tf.float32)
+        if kind == "dense_hash_table":
+            self.table = tf.lookup.experimental.DenseHashTable(
+                tf.int64, tf.float32, default_value=default, empty_key=EMPTY_KEY,
+                deleted_key=DELETED_KEY)
+        else:
+            self.table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.float32, default)
+
+    def populate(self, keys, values):
+        self.table.insert(keys, values)
+
+    def find(self, keys):
+        return self.table.lookup(keys)
+
+    def insert(self, keys, values):
+        return self.table.insert(keys, values)
+
+
+class PresizedVariable:
+    """The dense baseline: tf.gather and sparse Adagrad on a [num_unique, dim] variable."""
+
+    name = "presized_variable"
+
+    def __init__(self, dim, num_rows):
+        import tensorflow as tf
+        self.tf = tf
+        self.var = tf.Variable(tf.random.uniform([num_rows, dim], -0.05, 0.05))
+        self.acc = tf.Variable(tf.fill([num_rows, dim], 0.1))
+
+    def find(self, indices):
+        return self.tf.gather(self.var, indices)
+
+    def apply(self, keys, indices, grads):
+        return self.tf.raw_ops.ResourceSparseApplyAdagradV2(
+            var=self.var.handle, accum=self.acc.handle, lr=0.1, epsilon=1e-7, grad=grads,
+            indices=indices)
+
+
+def key_batch(distribution, seed):
+    keys = common.uniform_keys(BATCH, seed) if distribution == "uniform" else common.zipf_keys(BATCH, seed=seed)
+    keys[keys <= DELETED_KEY] = 12345  # reserved by DenseHashTable
+    return keys
+
+
+def run_throughput(impl_name, dims, distributions, repeats):
+    import tensorflow as tf
+    for dim in dims:
+        for dist in distributions:
+            keys_np = key_batch(dist, seed=dim)
+            unique_np, inverse = np.unique(keys_np, return_inverse=True)
+            keys = tf.constant(keys_np)
+            unique = tf.constant(unique_np)
+            values = tf.random.uniform([BATCH, dim])
+            grads = tf.random.normal([len(unique_np), dim])
+            base = {"dim": dim, "keys": dist, "impl": impl_name, "batch": BATCH,
+                    "unique_keys": int(len(unique_np))}
+
+            def report(op, seconds, n=BATCH):
+                common.emit({**base, "op": op, "mkeys_per_s": round(n / seconds / 1e6, 3),
+                             "ms": round(seconds * 1e3, 2)})
+
+            if impl_name == "presized_variable":
+                impl = PresizedVariable(dim, len(unique_np))
+                idx = tf.constant(inverse.astype(np.int64))
+                uidx = tf.range(len(unique_np), dtype=tf.int64)
+                report("find", common.median_seconds(lambda: impl.find(idx).numpy(), repeats))
+                report("apply_adagrad", common.median_seconds(lambda: impl.apply(None, uidx, grads), repeats),
+                       len(unique_np))
+                continue
+            make = (lambda: Tfps(dim)) if impl_name == "tfps" else (lambda: TfHashTable(dim, impl_name))
+            holder = {}
+
+            def fresh():
+                holder.clear()
+                holder["t"] = make()
+
+            report("find_or_insert_empty",
+                   common.median_seconds(lambda: holder["t"].insert(keys, values), repeats, setup=fresh))
+            impl = make()
+            impl.populate(keys, values)
+            report("find", common.median_seconds(lambda: impl.find(keys).numpy(), repeats))
+            if impl_name == "tfps":
+                report("apply_adagrad", common.median_seconds(lambda: impl.apply(unique, None, grads), repeats),
+                       len(unique_np))
+            holder.clear()
+            del impl
+
+
+def run_growth(impl_name, total=4 << 20, batch=256 << 10, dim=64):
+    """find_or_insert of `total` new keys in batches into a table that starts small."""
+    import tensorflow as tf
+    keys = common.uniform_keys(total, seed=99)
+    keys[keys <= DELETED_KEY] = 12345
+    impl = Tfps(dim, optimizer="sgd") if impl_name == "tfps" else TfHashTable(dim, impl_name)
+    batches = [tf.constant(keys[i:i + batch]) for i in range(0, total, batch)]
+    values = tf.random.uniform([batch, dim]) if impl_name != "tfps" else None
+    calls = []
+    start = time.perf_counter()
+    for b in batches:
+        t0 = time.perf_counter()
+        out = impl.insert(b, values)
+        if hasattr(out, "numpy"):
+            out.numpy()
+        calls.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - start
+    common.emit({"op": "growth", "impl": impl_name, "dim": dim, "keys_total": total, "batch": batch,
+                 "mkeys_per_s": round(total / elapsed / 1e6, 3),
+                 "max_call_ms": round(max(calls) * 1e3, 1),
+                 "row_gb_per_s": round(total * dim * 4 / elapsed / 1e9, 2)})
+
+
+def run_memory(impl_name, total=4 << 20, dim=64):
+    """RSS growth per key at `total` keys; tfps also reports bytes beyond value + slots."""
+    import gc
+    import tensorflow as tf
+    keys = common.uniform_keys(total, seed=7)
+    keys[keys <= DELETED_KEY] = 12345
+    batches = [tf.constant(keys[i:i + (256 << 10)]) for i in range(0, total, 256 << 10)]
+    values = tf.random.uniform([256 << 10, dim])
+    gc.collect()
+    before = common.rss_bytes()
+    impl = Tfps(dim, optimizer="adagrad") if impl_name == "tfps" else TfHashTable(dim, impl_name)
+    for b in batches:
+        impl.insert(b, values)
+        del b
+    size = int(impl.table.size())
+    grown = common.rss_bytes()
+    record = {"op": "memory", "impl": impl_name, "dim": dim, "keys": size,
+              "bytes_per_key": round((grown - before) / size, 1)}
+    if impl_name == "tfps":
+        payload = dim * 4 * 2  # value + Adagrad accumulator
+        record["bytes_beyond_value_and_slots"] = round((grown - before) / size - payload, 1)
+        del impl
+        gc.collect()
+        record["rss_returned_fraction_after_delete"] = round((grown - common.rss_bytes()) / (grown - before), 3)
+    common.emit(record)
+
+
+def child(args):
+    cmd = [sys.executable, os.path.abspath(__file__)] + args
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr[-3000:])
+        raise SystemExit(f"benchmark child {args} failed")
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    for r in records:
+        common.emit(r)
+    return records
+
+
+def summarize(records):
+    def get(impl, op, dim=None, keys=None, field="mkeys_per_s"):
+        for r in records:
+            if r["impl"] == impl and r["op"] == op and (dim is None or r.get("dim") == dim) and (
+                    keys is None or r.get("keys") == keys):
+                return r[field]
+        return None
+
+    lines = []
+    for dim in sorted({r["dim"] for r in records if r["op"] == "find"}):
+        for dist in ("uniform", "zipf"):
+            tf_find = get("tfps", "find", dim, dist)
+            checks = [
+                ("find >= 2x DenseHashTable", tf_find, get("dense_hash_table", "find", dim, dist), 2.0),
+                ("find >= 0.8x presized gather", tf_find, get("presized_variable", "find", dim, dist), 0.8),
+                ("find_or_insert >= 2x DenseHashTable insert", get("tfps", "find_or_insert_empty", dim, dist),
+                 get("dense_hash_table", "find_or_insert_empty", dim, dist), 2.0),
+                ("apply >= 0.7x presized sparse Adagrad", get("tfps", "apply_adagrad", dim, dist),
+                 get("presized_variable", "apply_adagrad", dim, dist), 0.7),
+            ]
+            for name, ours, theirs, target in checks:
+                if ours and theirs:
+                    lines.append({"summary": name, "dim": dim, "keys": dist, "ratio": round(ours / theirs, 2),
+                                  "target": target, "met": ours / theirs >= target})
+    ours, theirs = get("tfps", "growth"), get("dense_hash_table", "growth")
+    if ours and theirs:
+        lines.append({"summary": "growth >= 5x DenseHashTable cold growth", "ratio": round(ours / theirs, 2),
+                      "target": 5.0, "met": ours / theirs >= 5.0})
+        stall = get("tfps", "growth", field="max_call_ms")
+        lines.append({"summary": "no growth call over 100 ms", "max_call_ms": stall, "met": stall <= 100})
+    overhead = get("tfps", "memory", field="bytes_beyond_value_and_slots")
+    if overhead is not None:
+        lines.append({"summary": "memory beyond value+slots <= 32 B/key", "bytes": overhead,
+                      "met": overhead <= 32})
+        returned = get("tfps", "memory", field="rss_returned_fraction_after_delete")
+        lines.append({"summary": "deleted table's memory goes back", "returned_fraction": returned,
+                      "met": returned >= 0.9})
+    for line in lines:
+        common.emit(line)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--child", choices=["throughput", "growth", "memory"])
+    parser.add_argument("--impl")
+    parser.add_argument("--dims", default="8,64")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    dims = [int(d) for d in args.dims.split(",")]
+    if args.child == "throughput":
+        return run_throughput(args.impl, dims, ["uniform", "zipf"], args.repeats)
+    if args.child == "growth":
+        return run_growth(args.impl)
+    if args.child == "memory":
+        return run_memory(args.impl)
+    if args.quick:
+        dims, args.repeats = [8], 3
+    common.emit({"machine": common.machine()})
+    records = []
+    impls = ["tfps", "dense_hash_table", "mutable_hash_table", "presized_variable"]
+    try:
+        import tensorflow_recommenders_addons  # noqa: F401
+        impls.append("tfra")
+    except ImportError:
+        common.emit({"note": "tensorflow-recommenders-addons is not importable here; skipped"})
+    for impl in impls:
+        if impl == "tfra":
+            continue  # measured by benchmarks/tfra_table.py under TF 2.16.2
+        records += child(["--child", "throughput", "--impl", impl, "--dims", ",".join(map(str, dims)),
+                          "--repeats", str(args.repeats)])
+    for impl in ("tfps", "dense_hash_table", "mutable_hash_table"):
+        records += child(["--child", "growth", "--impl", impl])
+    for impl in ("tfps", "dense_hash_table"):
+        records += child(["--child", "memory", "--impl", impl])
+    summarize(records)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""Builds and runs the plain C++ tests of the TF-free table core (incl. the stress test)."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import build_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("sanitizer", [None, "thread"])
+def test_core_cpp_tests_pass(tmp_path, sanitizer):
+    cxx = os.environ.get("CXX", "g++")
+    assert shutil.which(cxx), f"{cxx} is needed to build the C++ core tests"
+    binary = str(tmp_path / "table_test")
+    flags = ["-std=c++17", "-O1" if sanitizer else "-O2", "-g", "-pthread"]
+    if sanitizer:
+        flags.append(f"-fsanitize={sanitizer}")
+    sources = [os.path.join(ROOT, s) for s in build_config.CORE_TEST_SOURCES + build_config.CORE_SOURCES]
+    subprocess.run([cxx, *flags, "-I", ROOT, *sources, "-o", binary], check=True, timeout=600)
+    result = subprocess.run([binary], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " 0 failed" in result.stdout
+    assert "WARNING: ThreadSanitizer" not in result.stderr

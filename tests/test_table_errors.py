@@ -1,0 +1,122 @@
+"""Every bad input to the table gets a clear error naming the op and the problem."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfps
+from tfps._ops import ops
+
+ERRORS = (tf.errors.InvalidArgumentError, ValueError)
+
+
+def test_non_integer_keys_are_rejected_by_name(run):
+    table = tfps.DynamicTable(2)
+    for bad in (tf.constant([1.5]), tf.constant(["a"])):
+        with pytest.raises(TypeError, match=r"DynamicTable.find: keys must be an integer tensor"):
+            run(table.find, bad)
+
+
+@pytest.mark.parametrize("keys,grads,message", [
+    (np.zeros([2], np.int64), np.zeros([2, 3], np.float32), r"\[2, 2\], got \[2,3\]|Dimensions must be equal"),
+    (np.zeros([3], np.int64), np.zeros([2, 2], np.float32), r"\[3, 2\], got \[2,2\]|Dimensions must be equal"),
+    (np.zeros([2, 1], np.int64), np.zeros([2, 2], np.float32), r"keys must be a vector|must be rank 1"),
+    (np.zeros([2], np.int64), np.zeros([2], np.float32), r"\[2, 2\], got \[2\]|must be rank 2"),
+])
+def test_apply_gradients_shape_errors(run, keys, grads, message):
+    table = tfps.DynamicTable(2)
+    with pytest.raises(ERRORS, match=message):
+        run(lambda k, g: table.apply_gradients(k, g), tf.constant(keys), tf.constant(grads))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_gradient_rejects_the_whole_apply(run, bad):
+    table = tfps.DynamicTable(2, optimizer="adagrad")
+    keys = tf.constant([1, 2, 3], tf.int64)
+    table.find_or_insert(keys)
+    before = table.export()
+    grads = np.ones([3, 2], np.float32)
+    grads[2, 1] = bad
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"Tfps>TableApplyGradients: gradients contain NaN or Inf"):
+        run(lambda k, g: table.apply_gradients(k, g), keys, tf.constant(grads))
+    after = table.export()
+    for a, b in zip(before, after):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_dim_mismatch_between_op_and_table_is_named():
+    table = tfps.DynamicTable(4)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"Tfps>TableFind: dim mismatch: the op was built for dim 3 but the table has dim 4"):
+        ops.tfps_table_find(table.resource_handle, tf.constant([1], tf.int64), dim=3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_slots mismatch"):
+        ops.tfps_table_export(table.resource_handle, 0, 10, dim=4, num_slots=2)
+
+
+def test_insert_and_import_shape_errors():
+    table = tfps.DynamicTable(2, optimizer="adam")
+    with pytest.raises(ERRORS, match=r"values must have shape \[num_keys, dim\]"):
+        table.insert(tf.constant([1, 2], tf.int64), tf.zeros([2, 5]))
+    rows = tfps.TableRows(tf.constant([1], tf.int64), tf.zeros([1, 2]), tf.zeros([1, 1, 2]),
+                          tf.zeros([1, 3], tf.int64))
+    with pytest.raises(ERRORS, match=r"Tfps>TableImport: slots must have shape"):
+        table.import_rows(rows)
+    rows = rows._replace(slots=tf.zeros([1, 2, 2]), metadata=tf.zeros([1, 2], tf.int64))
+    with pytest.raises(ERRORS, match=r"Tfps>TableImport: metadata must have shape \[num_keys, 3\]"):
+        table.import_rows(rows)
+
+
+def test_export_arguments_are_checked():
+    table = tfps.DynamicTable(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"max_rows must be > 0, got 0"):
+        table.export_chunk(0, 0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"cursor must be >= 0"):
+        table.export_chunk(-5, 10)
+
+
+def test_step_must_be_a_scalar():
+    table = tfps.DynamicTable(2)
+    with pytest.raises(ERRORS, match=r"step must be a scalar|must be rank 0"):
+        table.apply_gradients([1], [[1.0, 1.0]], step=[1, 2])
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(initializer="uniform", initializer_params=[1.0, 0.0]), r"uniform needs low < high"),
+    (dict(initializer="truncated_normal", initializer_params=[0.0, -1.0]), r"stddev must be > 0"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="adagrad", optimizer_params=[0.1]),
+     r"adagrad takes 2 parameters"),
+    (dict(initializer="zeros", initializer_params=[], learning_rate=-1.0), r"learning_rate must be a positive"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="ftrl",
+          optimizer_params=[0.1, 0.0, 0.0, 0.5]), r"lr_power must be <= 0"),
+])
+def test_create_op_rejects_bad_configuration(kwargs, message):
+    args = dict(dim=2, optimizer="sgd", learning_rate=0.1, shared_name="bad_config_table")
+    args.update(kwargs)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Tfps>TableCreate: .*" + message):
+        ops.tfps_table_create(**args)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: tfps.DynamicTable(0), r"dim must be a positive int"),
+    (lambda: tfps.DynamicTable(2.5), r"dim must be a positive int"),
+    (lambda: tfps.DynamicTable(2, seed="x"), r"seed must be an int"),
+    (lambda: tfps.DynamicTable(2, optimizer="rmsprop"), r"unknown tfps optimizer 'rmsprop'"),
+    (lambda: tfps.DynamicTable(2, initializer="ones"), r"unknown tfps initializer 'ones'"),
+    (lambda: tfps.optimizers.Adagrad(0.0), r"learning_rate must be a positive number"),
+    (lambda: tfps.optimizers.Adam(beta_1=1.0), r"beta_1 must be in \[0, 1\)"),
+    (lambda: tfps.optimizers.Ftrl(l1_regularization_strength=-1), r"must be >= 0"),
+    (lambda: tfps.initializers.RandomUniform(1, 1), r"minval must be < maxval"),
+    (lambda: tfps.initializers.TruncatedNormal(stddev=0), r"stddev must be > 0"),
+])
+def test_python_constructors_reject_bad_arguments(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_same_shared_name_with_another_dim_is_refused():
+    common = dict(optimizer="sgd", learning_rate=0.1, initializer="zeros", shared_name="dup_table")
+    handle = ops.tfps_table_create(dim=2, **common)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"already exists with dim 2, not 3"):
+        ops.tfps_table_create(dim=3, **common)
+    tf.raw_ops.DestroyResourceOp(resource=handle)

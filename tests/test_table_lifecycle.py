@@ -1,0 +1,103 @@
+"""Checkpoint round trip, configuration round trip, memory return, and the loader's
+refusal of a library built for another TensorFlow."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfps
+from tfps import _ops
+
+
+def sorted_rows(table):
+    rows = table.export()
+    order = np.argsort(rows.keys.numpy())
+    return [t.numpy()[order] for t in rows]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl"])
+def test_checkpoint_saves_and_restores_keys_values_slots_metadata(tmp_path, optimizer):
+    table = tfps.DynamicTable(3, optimizer=optimizer, seed=4)
+    keys = np.array([0, -1, 2 ** 63 - 1, -(2 ** 63), 12, 13], np.int64)
+    rng = np.random.default_rng(0)
+    for step in range(3):
+        table.apply_gradients(keys[step:], rng.normal(size=(len(keys) - step, 3)), step=step + 5)
+    saved = sorted_rows(table)
+    checkpoint = tf.train.Checkpoint(table=table)
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+
+    table.apply_gradients(keys, np.ones((6, 3)), step=99)
+    table.remove([12])
+    table.find_or_insert([777])
+    checkpoint.restore(path).assert_consumed()
+    restored = sorted_rows(table)
+    for a, b in zip(saved, restored):
+        np.testing.assert_array_equal(a, b)
+
+    fresh = tfps.DynamicTable(3, optimizer=optimizer, seed=4)
+    tf.train.Checkpoint(table=fresh).restore(path).assert_consumed()
+    for a, b in zip(saved, sorted_rows(fresh)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_checkpoint_inside_tf_function_save_path(tmp_path):
+    table = tfps.DynamicTable(2)
+    table.find_or_insert([1, 2, 3])
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(table=table), str(tmp_path), 2)
+    manager.save()
+    table.clear()
+    assert int(table.size()) == 0
+    tf.train.Checkpoint(table=table).restore(manager.latest_checkpoint)
+    assert int(table.size()) == 3
+
+
+def test_optimizer_and_initializer_configs_round_trip():
+    for opt in (tfps.optimizers.SGD(0.2), tfps.optimizers.Adagrad(0.3, 0.2, 1e-6),
+                tfps.optimizers.Adam(0.1, 0.8, 0.9, 1e-6), tfps.optimizers.Ftrl(0.1, -0.6, 0.2, 0.1, 0.3, 0.5)):
+        assert tfps.optimizers.get(tfps.optimizers.serialize(opt)) == opt
+    for init in (tfps.initializers.Zeros(), tfps.initializers.RandomUniform(-1, 2),
+                 tfps.initializers.TruncatedNormal(0.5, 0.1)):
+        assert tfps.initializers.get(tfps.initializers.serialize(init)) == init
+
+
+def _run_python(code):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)),
+                          timeout=300)
+
+
+def test_memory_of_a_deleted_table_goes_back():
+    out = _run_python("""
+        import gc, numpy as np, tfps
+        def rss():
+            return int(open('/proc/self/statm').read().split()[1]) * 4096
+        base = rss()
+        t = tfps.DynamicTable(64, optimizer='adagrad')
+        for b in range(4):
+            t.find_or_insert(np.arange(b * 250_000, (b + 1) * 250_000, dtype=np.int64))
+        grown = rss()
+        del t
+        gc.collect()
+        print(base, grown, rss())
+    """)
+    assert out.returncode == 0, out.stderr[-2000:]
+    base, grown, after = map(int, out.stdout.split())
+    table_bytes = 1_000_000 * 64 * 4 * 2
+    assert grown - base >= table_bytes
+    assert after - base <= 0.15 * (grown - base), (base, grown, after)
+
+
+def test_loader_names_both_versions_for_a_mismatched_library(tmp_path):
+    fake = tmp_path / "_tfps_ops.so"
+    fake.write_bytes(b"\x7fELF....TFPS_BUILT_FOR_TENSORFLOW=2.16.2;....")
+    assert _ops.built_for_tensorflow(str(fake)) == "2.16.2"
+    with pytest.raises(ImportError, match=r"built for TensorFlow 2\.16\.2, but TensorFlow 2\.99\.0 is installed"):
+        _ops.check_library(str(fake), "2.99.0")
+    real = [f for f in os.listdir(os.path.dirname(_ops.__file__)) if f.startswith("_tfps_ops")]
+    assert _ops.built_for_tensorflow(os.path.join(os.path.dirname(_ops.__file__), real[0])) == tf.__version__
