@@ -18,7 +18,9 @@ OP_SOURCES = [
 
 CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc"]
 
-CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-pthread", "-Wno-deprecated-declarations"]
+# -ffp-contract=off: initial values must round the same on every compiler and on the GPU.
+CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-pthread", "-ffp-contract=off",
+            "-Wno-deprecated-declarations"]
 
 
 def tensorflow_flags():

@@ -116,7 +116,7 @@ def run_throughput(impl_name, dims, distributions, repeats):
                 impl = PresizedVariable(dim, len(unique_np))
                 idx = tf.constant(inverse.astype(np.int64))
                 uidx = tf.range(len(unique_np), dtype=tf.int64)
-                report("find", common.median_seconds(lambda: impl.find(idx).numpy(), repeats))
+                report("find", common.median_seconds(lambda: impl.find(idx), repeats))
                 report("apply_adagrad", common.median_seconds(lambda: impl.apply(None, uidx, grads), repeats),
                        len(unique_np))
                 continue
@@ -131,7 +131,7 @@ def run_throughput(impl_name, dims, distributions, repeats):
                    common.median_seconds(lambda: holder["t"].insert(keys, values), repeats, setup=fresh))
             impl = make()
             impl.populate(keys, values)
-            report("find", common.median_seconds(lambda: impl.find(keys).numpy(), repeats))
+            report("find", common.median_seconds(lambda: impl.find(keys), repeats))
             if impl_name == "tfps":
                 report("apply_adagrad", common.median_seconds(lambda: impl.apply(unique, None, grads), repeats),
                        len(unique_np))
@@ -140,20 +140,24 @@ def run_throughput(impl_name, dims, distributions, repeats):
 
 
 def run_growth(impl_name, total=4 << 20, batch=256 << 10, dim=64):
-    """find_or_insert of `total` new keys in batches into a table that starts small."""
+    """find_or_insert of `total` new keys in batches into a table that starts small.
+
+    "tfps_huge_pages" is tfps with rows on transparent huge pages."""
     import tensorflow as tf
     keys = common.uniform_keys(total, seed=99)
     keys[keys <= DELETED_KEY] = 12345
-    impl = Tfps(dim, optimizer="sgd") if impl_name == "tfps" else TfHashTable(dim, impl_name)
+    if impl_name.startswith("tfps"):
+        os.environ["TFPS_HUGE_PAGES"] = "1" if impl_name == "tfps_huge_pages" else "0"
+        impl = Tfps(dim, optimizer="sgd")
+    else:
+        impl = TfHashTable(dim, impl_name)
     batches = [tf.constant(keys[i:i + batch]) for i in range(0, total, batch)]
-    values = tf.random.uniform([batch, dim]) if impl_name != "tfps" else None
+    values = None if impl_name.startswith("tfps") else tf.random.uniform([batch, dim])
     calls = []
     start = time.perf_counter()
     for b in batches:
         t0 = time.perf_counter()
-        out = impl.insert(b, values)
-        if hasattr(out, "numpy"):
-            out.numpy()
+        impl.insert(b, values)  # eager ops are done when they return
         calls.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - start
     common.emit({"op": "growth", "impl": impl_name, "dim": dim, "keys_total": total, "batch": batch,
@@ -272,7 +276,7 @@ def main():
             continue  # measured by benchmarks/tfra_table.py under TF 2.16.2
         records += child(["--child", "throughput", "--impl", impl, "--dims", ",".join(map(str, dims)),
                           "--repeats", str(args.repeats)])
-    for impl in ("tfps", "dense_hash_table", "mutable_hash_table"):
+    for impl in ("tfps", "tfps_huge_pages", "dense_hash_table", "mutable_hash_table"):
         records += child(["--child", "growth", "--impl", impl])
     for impl in ("tfps", "dense_hash_table"):
         records += child(["--child", "memory", "--impl", impl])

@@ -18,9 +18,26 @@ def mix64(x):
     return x
 
 
+def key_stream(seed, key):
+    return mix64((key + mix64((seed & _M64) ^ _GOLDEN)) & _M64)
+
+
 def random_bits(seed, key, counter):
-    stream = mix64((key + mix64((seed & _M64) ^ _GOLDEN)) & _M64)
-    return mix64((stream + (counter + 1) * _GOLDEN) & _M64)
+    return mix64((key_stream(seed, key) + (counter + 1) * _GOLDEN) & _M64)
+
+
+def mix32(h):
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h
+
+
+def random_bits32(seed, key, i):
+    stream = key_stream(seed, key)
+    return mix32((((stream & 0xFFFFFFFF) + i * 0x9E3779B9) & 0xFFFFFFFF) ^ (stream >> 32))
 
 
 def initial_row(key, dim, seed, kind, a=0.0, b=0.0):
@@ -30,8 +47,8 @@ def initial_row(key, dim, seed, kind, a=0.0, b=0.0):
     a, b = float(np.float32(a)), float(np.float32(b))
     for i in range(dim):
         if kind == "uniform":
-            u = float(np.float32(random_bits(seed, key, i) >> 40) * np.float32(2.0 ** -24))
-            out[i] = np.float32(a + (b - a) * u)
+            u = np.float32(random_bits32(seed, key, i) >> 8) * np.float32(2.0 ** -24)
+            out[i] = np.float32(a) + (np.float32(b) - np.float32(a)) * u
         elif kind == "truncated_normal":
             for attempt in range(64):
                 c = (i << 7) | (attempt << 1)

@@ -3,6 +3,8 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -25,9 +27,6 @@ void* AllocateZeroed(size_t bytes) {
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  if (bytes >= kHugePage) madvise(p, bytes, MADV_HUGEPAGE);
-#endif
   return p;  // anonymous mappings are zero-filled
 }
 
@@ -44,6 +43,54 @@ void Deallocate(void* block, size_t bytes) {
 }  // namespace tfps
 
 namespace tfps {
+
+namespace {
+constexpr size_t kRegionBytes = size_t{32} << 20;
+
+void* MapHugePageAligned(size_t bytes, bool huge_pages) {
+  // Over-map by one huge page and trim, so the region starts on a 2 MiB boundary.
+  const size_t span = bytes + kHugePage;
+  char* raw = static_cast<char*>(
+      mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (raw == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kHugePage - 1) & ~(kHugePage - 1);
+  char* aligned = reinterpret_cast<char*>(start);
+  if (aligned > raw) munmap(raw, aligned - raw);
+  const size_t tail = (raw + span) - (aligned + bytes);
+  if (tail > 0) munmap(aligned + bytes, tail);
+#ifdef MADV_HUGEPAGE
+  if (huge_pages) madvise(aligned, bytes, MADV_HUGEPAGE);
+#endif
+  return aligned;
+}
+}  // namespace
+
+void* RegionAllocator::Allocate(size_t bytes) {
+  bytes = (bytes + 63) & ~size_t{63};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (regions_.empty() || used_ + bytes > regions_.back().size) {
+    const size_t size = std::max(kRegionBytes, (bytes + kHugePage - 1) & ~(kHugePage - 1));
+    regions_.push_back(Region{static_cast<char*>(MapHugePageAligned(size, huge_pages_)), size});
+    used_ = 0;
+  }
+  void* block = regions_.back().base + used_;
+  used_ += bytes;
+  return block;
+}
+
+void RegionAllocator::ReleaseAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Region& r : regions_) munmap(r.base, r.size);
+  regions_.clear();
+  used_ = 0;
+}
+
+size_t RegionAllocator::MappedBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t total = 0;
+  for (const Region& r : regions_) total += r.size;
+  return total;
+}
 
 void ReleaseFreedHeapMemory() {
 #if defined(__GLIBC__)

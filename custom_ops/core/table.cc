@@ -58,6 +58,12 @@ inline uint32_t MatchFree(const uint8_t* group) {
 
 inline int LowestBit(uint32_t mask) { return __builtin_ctz(mask); }
 
+template <int kWrite = 0>
+inline void PrefetchLines(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, kWrite);
+}
+
 inline uint32_t ClampToU32(int64_t v) {
   if (v < 0) return 0;
   if (v > static_cast<int64_t>(UINT32_MAX)) return UINT32_MAX;
@@ -67,7 +73,10 @@ inline uint32_t ClampToU32(int64_t v) {
 }  // namespace
 
 struct Table::Stripe {
+  explicit Stripe(RegionAllocator* row_memory) : row_memory(row_memory) {}
+
   mutable std::shared_mutex mu;
+  RegionAllocator* row_memory;  // the table's; chunks are released with it
   uint8_t* ctrl = nullptr;
   uint32_t* slot_rows = nullptr;
   size_t capacity = 0;
@@ -98,10 +107,10 @@ struct Table::Stripe {
     tombstones = 0;
   }
 
-  void FreeAll(size_t row_bytes) {
+  // Frees the index; row chunks go back with the table's RegionAllocator.
+  void FreeAll() {
     Deallocate(ctrl, capacity);
     Deallocate(slot_rows, capacity * sizeof(uint32_t));
-    for (size_t c = 0; c < chunks.size(); ++c) Deallocate(chunks[c], ChunkRows(c) * row_bytes);
     chunks.clear();
     std::vector<uint32_t>().swap(free_rows);
     std::vector<uint64_t>().swap(live);
@@ -127,6 +136,20 @@ struct Table::Stripe {
     }
   }
 
+  void PrefetchGroup(uint64_t hash) const {
+    const size_t g = (hash >> 7) & (capacity / kGroup - 1);
+    __builtin_prefetch(ctrl + g * kGroup);
+    __builtin_prefetch(slot_rows + g * kGroup);
+  }
+
+  // Prefetches the first `bytes` of the row of the first hash-fragment match in the key's
+  // home group, which is the key's row in nearly every case.
+  void PrefetchLikelyRow(uint64_t hash, size_t row_bytes, size_t bytes) const {
+    const size_t g = (hash >> 7) & (capacity / kGroup - 1);
+    const uint32_t m = MatchByte(ctrl + g * kGroup, hash & 0x7f);
+    if (m != 0) PrefetchLines(Row(slot_rows[g * kGroup + LowestBit(m)], row_bytes), bytes);
+  }
+
   // First empty or deleted slot on the probe path of `hash`.
   size_t FreeSlot(uint64_t hash) const {
     const size_t mask = capacity / kGroup - 1;
@@ -138,21 +161,21 @@ struct Table::Stripe {
     }
   }
 
+  // Rebuilds the index from the row arena, read in address order: far cheaper than
+  // chasing each row from the old index, since rows are many times the index's size.
   void Rehash(size_t new_capacity, size_t row_bytes) {
-    uint8_t* old_ctrl = ctrl;
-    uint32_t* old_rows = slot_rows;
-    const size_t old_capacity = capacity;
+    Deallocate(ctrl, capacity);
+    Deallocate(slot_rows, capacity * sizeof(uint32_t));
     ResetIndex(new_capacity);
-    for (size_t i = 0; i < old_capacity; ++i) {
-      if (old_ctrl[i] & 0x80) continue;
-      const uint32_t r = old_rows[i];
-      const uint64_t hash = TableHash(reinterpret_cast<const RowHeader*>(Row(r, row_bytes))->key);
-      const size_t slot = FreeSlot(hash);
-      ctrl[slot] = hash & 0x7f;
-      slot_rows[slot] = r;
+    for (uint64_t word = 0; word * 64 < rows_used; ++word) {
+      for (uint64_t bits = live[word]; bits != 0; bits &= bits - 1) {
+        const uint64_t r = word * 64 + __builtin_ctzll(bits);
+        const uint64_t hash = TableHash(reinterpret_cast<const RowHeader*>(Row(r, row_bytes))->key);
+        const size_t slot = FreeSlot(hash);
+        ctrl[slot] = hash & 0x7f;
+        slot_rows[slot] = static_cast<uint32_t>(r);
+      }
     }
-    Deallocate(old_ctrl, old_capacity);
-    Deallocate(old_rows, old_capacity * sizeof(uint32_t));
   }
 
   uint64_t AllocateRow(size_t row_bytes) {
@@ -164,7 +187,7 @@ struct Table::Stripe {
       r = rows_used++;
       if (r >= kFirstChunkRows * ((uint64_t{1} << chunks.size()) - 1)) {
         const size_t c = chunks.size();
-        chunks.push_back(static_cast<char*>(AllocateZeroed(ChunkRows(c) * row_bytes)));
+        chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(c) * row_bytes)));
       }
       if ((r >> 6) >= live.size()) live.resize(live.size() * 2 + 1, 0);
     }
@@ -217,6 +240,31 @@ struct Table::Stripe {
 
 namespace {
 
+// Visits a stripe's keys in order while the index groups and rows of keys further ahead
+// are being fetched, so a lookup waits on memory once per many keys instead of three
+// times per key. body(j) handles key j of the batch; prefetch(j) may fetch its own data.
+template <typename Body, typename Prefetch>
+void PipelinedForEach(const Table::Stripe& s, const StripeBatch& batch, size_t row_bytes,
+                      size_t row_prefix_bytes, Body&& body, Prefetch&& prefetch) {
+  constexpr int64_t kGroupAhead = 16, kRowAhead = 8;
+  const int64_t count = batch.count;
+  for (int64_t j = 0; j < std::min(count, kGroupAhead); ++j) s.PrefetchGroup(batch.hashes[j]);
+  for (int64_t j = 0; j < count; ++j) {
+    if (j + kGroupAhead < count) s.PrefetchGroup(batch.hashes[j + kGroupAhead]);
+    if (j + kRowAhead < count) {
+      s.PrefetchLikelyRow(batch.hashes[j + kRowAhead], row_bytes, row_prefix_bytes);
+      prefetch(j + kRowAhead);
+    }
+    body(j);
+  }
+}
+
+template <typename Body>
+void PipelinedForEach(const Table::Stripe& s, const StripeBatch& batch, size_t row_bytes,
+                      size_t row_prefix_bytes, Body&& body) {
+  PipelinedForEach(s, batch, row_bytes, row_prefix_bytes, body, [](int64_t) {});
+}
+
 struct RowView {
   RowHeader* header;
   float* value;
@@ -243,9 +291,7 @@ RowLayout LayoutOf(const TableConfig& config) {
 }
 
 void InitializeValue(const TableConfig& config, uint64_t key, float* out) {
-  for (int i = 0; i < config.dim; ++i) {
-    out[i] = InitialValue(config.initializer, config.seed, key, static_cast<uint64_t>(i));
-  }
+  InitialRow(config.initializer, config.seed, key, config.dim, out);
 }
 
 // Fresh row: initial value, initial slots, zero metadata.
@@ -263,7 +309,7 @@ void InitializeRow(const TableConfig& config, const RowView& row) {
 
 }  // namespace
 
-Table::Table(const TableConfig& config) : config_(config) {
+Table::Table(const TableConfig& config) : config_(config), row_memory_(config.huge_pages) {
   const RowLayout layout = LayoutOf(config);
   const size_t floats =
       static_cast<size_t>(config.dim) * (1 + layout.num_slots) + (layout.has_step ? 1 : 0);
@@ -271,13 +317,14 @@ Table::Table(const TableConfig& config) : config_(config) {
   const int stripes = 1 << config.log2_stripes;
   stripes_.reserve(stripes);
   for (int i = 0; i < stripes; ++i) {
-    stripes_.push_back(std::make_unique<Stripe>());
+    stripes_.push_back(std::make_unique<Stripe>(&row_memory_));
     stripes_.back()->ResetIndex(kMinCapacity);
   }
 }
 
 Table::~Table() {
-  for (auto& s : stripes_) s->FreeAll(row_bytes_);
+  for (auto& s : stripes_) s->FreeAll();
+  row_memory_.ReleaseAll();
   ReleaseFreedHeapMemory();
 }
 
@@ -289,6 +336,7 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
   const int shift = 64 - config_.log2_stripes;
   std::vector<uint64_t> hashes(n);
   std::vector<int64_t> order(n);
+  std::vector<uint64_t> grouped_keys(n), grouped_hashes(n);
   // Stable counting sort by stripe, in blocks so both phases run in parallel.
   const int64_t blocks = std::min<int64_t>(16, (n + 32767) / 32768);
   const int64_t block_size = (n + blocks - 1) / blocks;
@@ -317,7 +365,10 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
     for (int64_t b = b0; b < b1; ++b) {
       int64_t* next = offsets.data() + b * num_stripes;
       for (int64_t i = b * block_size, end = std::min(n, i + block_size); i < end; ++i) {
-        order[next[hashes[i] >> shift]++] = i;
+        const int64_t pos = next[hashes[i] >> shift]++;
+        order[pos] = i;
+        grouped_keys[pos] = keys[i];
+        grouped_hashes[pos] = hashes[i];
       }
     }
   });
@@ -325,7 +376,10 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
                [&](int64_t s0, int64_t s1) {
                  for (int64_t s = s0; s < s1; ++s) {
                    const int64_t begin = stripe_begin[s], end = stripe_begin[s + 1];
-                   if (begin < end) fn(*stripes_[s], order.data() + begin, end - begin, hashes.data());
+                   if (begin < end) {
+                     fn(*stripes_[s], StripeBatch{order.data() + begin, grouped_keys.data() + begin,
+                                                  grouped_hashes.data() + begin, end - begin});
+                   }
                  }
                });
 }
@@ -334,21 +388,22 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
                  const ParallelFor& parallel_for) const {
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
+  const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
   ForEachStripeGroup(keys, n, 40 + dim, parallel_for,
-                     [&](Stripe& s, const int64_t* idx, int64_t count, const uint64_t* hashes) {
+                     [&](Stripe& s, const StripeBatch& batch) {
     std::shared_lock<std::shared_mutex> lock(s.mu);
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t i = idx[j];
+    PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
+      const int64_t i = batch.order[j];
       float* out = values + i * dim;
-      const int64_t slot = s.FindSlot(keys[i], hashes[i], row_bytes_);
+      const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
       if (slot >= 0) {
         std::memcpy(out, layout.View(s.Row(s.slot_rows[slot], row_bytes_)).value,
                     dim * sizeof(float));
       } else {
-        InitializeValue(config_, keys[i], out);
+        InitializeValue(config_, batch.keys[j], out);
       }
       if (exists != nullptr) exists[i] = slot >= 0;
-    }
+    }, [&](int64_t j) { PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float)); });
   });
 }
 
@@ -356,16 +411,17 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
                          const ParallelFor& parallel_for) {
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
+  const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
   ForEachStripeGroup(keys, n, 60 + 2 * dim, parallel_for,
-                     [&](Stripe& s, const int64_t* idx, int64_t count, const uint64_t* hashes) {
+                     [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t i = idx[j];
+    PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
+      const int64_t i = batch.order[j];
       bool inserted;
-      const RowView row = layout.View(s.FindOrAddRow(keys[i], hashes[i], row_bytes_, &inserted));
+      const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
       if (inserted) InitializeRow(config_, row);
       std::memcpy(values + i * dim, row.value, dim * sizeof(float));
-    }
+    }, [&](int64_t j) { PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float)); });
   });
 }
 
@@ -386,12 +442,12 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
   if (!finite.load()) return false;
   const uint32_t last_step = ClampToU32(step);
   ForEachStripeGroup(keys, n, 60 + 6 * dim, parallel_for,
-                     [&](Stripe& s, const int64_t* idx, int64_t count, const uint64_t* hashes) {
+                     [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t i = idx[j];
+    PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
+      const int64_t i = batch.order[j];
       bool inserted;
-      const RowView row = layout.View(s.FindOrAddRow(keys[i], hashes[i], row_bytes_, &inserted));
+      const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
       if (inserted) InitializeRow(config_, row);
       uint32_t opt_step = 1;
       if (row.optimizer_step != nullptr) {
@@ -401,7 +457,7 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
       ApplyRow(config_.optimizer, dim, grads + i * dim, row.value, row.slots, opt_step);
       if (row.header->count != UINT32_MAX) ++row.header->count;
       row.header->last_step = last_step;
-    }
+    }, [&](int64_t j) { PrefetchLines(grads + batch.order[j] * dim, dim * sizeof(float)); });
   });
   return true;
 }
@@ -411,15 +467,15 @@ void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   ForEachStripeGroup(keys, n, 60 + 2 * dim, parallel_for,
-                     [&](Stripe& s, const int64_t* idx, int64_t count, const uint64_t* hashes) {
+                     [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t i = idx[j];
+    PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
+      const int64_t i = batch.order[j];
       bool inserted;
-      const RowView row = layout.View(s.FindOrAddRow(keys[i], hashes[i], row_bytes_, &inserted));
+      const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
       if (inserted) InitializeRow(config_, row);
       std::memcpy(row.value, values + i * dim, dim * sizeof(float));
-    }
+    });
   });
 }
 
@@ -429,30 +485,30 @@ void Table::Import(const uint64_t* keys, int64_t n, const float* values, const f
   const int dim = config_.dim;
   const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
   ForEachStripeGroup(keys, n, 60 + 3 * dim, parallel_for,
-                     [&](Stripe& s, const int64_t* idx, int64_t count, const uint64_t* hashes) {
+                     [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
-    for (int64_t j = 0; j < count; ++j) {
-      const int64_t i = idx[j];
+    PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
+      const int64_t i = batch.order[j];
       bool inserted;
-      const RowView row = layout.View(s.FindOrAddRow(keys[i], hashes[i], row_bytes_, &inserted));
+      const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
       std::memcpy(row.value, values + i * dim, dim * sizeof(float));
       std::memcpy(row.slots, slots + i * slot_width, slot_width * sizeof(float));
       const int64_t* meta = metadata + i * kNumMetadata;
       row.header->count = ClampToU32(meta[kCount]);
       row.header->last_step = ClampToU32(meta[kLastStep]);
       if (row.optimizer_step != nullptr) *row.optimizer_step = ClampToU32(meta[kOptimizerStep]);
-    }
+    });
   });
 }
 
 int64_t Table::Remove(const uint64_t* keys, int64_t n, const ParallelFor& parallel_for) {
   std::atomic<int64_t> removed{0};
   ForEachStripeGroup(keys, n, 60, parallel_for,
-                     [&](Stripe& s, const int64_t* idx, int64_t count, const uint64_t* hashes) {
+                     [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
     int64_t local = 0;
-    for (int64_t j = 0; j < count; ++j) {
-      local += s.RemoveKey(keys[idx[j]], hashes[idx[j]], row_bytes_);
+    for (int64_t j = 0; j < batch.count; ++j) {
+      local += s.RemoveKey(batch.keys[j], batch.hashes[j], row_bytes_);
     }
     removed += local;
   });
@@ -460,11 +516,16 @@ int64_t Table::Remove(const uint64_t* keys, int64_t n, const ParallelFor& parall
 }
 
 void Table::Clear() {
+  // Row memory is shared by all stripes, so all of them are held while it is released.
+  // Other calls take one stripe lock at a time, so taking them all in order cannot deadlock.
+  std::vector<std::unique_lock<std::shared_mutex>> locks;
+  locks.reserve(stripes_.size());
+  for (auto& s : stripes_) locks.emplace_back(s->mu);
   for (auto& s : stripes_) {
-    std::unique_lock<std::shared_mutex> lock(s->mu);
-    s->FreeAll(row_bytes_);
+    s->FreeAll();
     s->ResetIndex(kMinCapacity);
   }
+  row_memory_.ReleaseAll();
 }
 
 int64_t Table::Size() const {
@@ -481,13 +542,10 @@ int64_t Table::MemoryBytes() const {
   for (const auto& s : stripes_) {
     std::shared_lock<std::shared_mutex> lock(s->mu);
     total += static_cast<int64_t>(s->capacity * (1 + sizeof(uint32_t)));
-    for (size_t c = 0; c < s->chunks.size(); ++c) {
-      total += static_cast<int64_t>(Stripe::ChunkRows(c) * row_bytes_);
-    }
     total += static_cast<int64_t>(s->free_rows.capacity() * sizeof(uint32_t) +
                                   s->live.capacity() * sizeof(uint64_t));
   }
-  return total;
+  return total + static_cast<int64_t>(row_memory_.MappedBytes());
 }
 
 ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {

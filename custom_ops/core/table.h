@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "custom_ops/core/hashing.h"
+#include "custom_ops/core/memory.h"
 #include "custom_ops/core/optimizer.h"
 
 namespace tfps {
@@ -44,6 +45,7 @@ struct TableConfig {
   InitializerConfig initializer;
   uint64_t seed = 0;
   int log2_stripes = 8;
+  bool huge_pages = false;  // rows on transparent huge pages (see RegionAllocator)
 };
 
 // Metadata columns of Export/Import.
@@ -55,6 +57,15 @@ struct ExportChunk {
   std::vector<float> slots;     // keys.size() * num_slots * dim
   std::vector<int64_t> metadata;  // keys.size() * kNumMetadata
   int64_t next_cursor = -1;     // -1 when the whole table has been visited
+};
+
+// The keys of one call that fall in one stripe, in input order: their positions in the
+// call (order), and the keys and hashes themselves, stored contiguously.
+struct StripeBatch {
+  const int64_t* order;
+  const uint64_t* keys;
+  const uint64_t* hashes;
+  int64_t count;
 };
 
 class Table {
@@ -98,7 +109,7 @@ class Table {
 
   void Clear();
   int64_t Size() const;
-  // Bytes held by the index and row storage.
+  // Bytes held by the index and mapped for rows (mapped, not necessarily touched).
   int64_t MemoryBytes() const;
 
   // Up to max_rows rows starting at `cursor` (0 to begin). Each stripe is read under its
@@ -118,6 +129,7 @@ class Table {
 
   TableConfig config_;
   size_t row_bytes_;
+  RegionAllocator row_memory_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 

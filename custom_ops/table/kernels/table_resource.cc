@@ -43,6 +43,7 @@ absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_params", &init_params));
   TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &seed));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("huge_pages", &config->huge_pages));
   if (dim > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("Tfps>TableCreate: dim must be <= 65536, got ", dim));
   }
