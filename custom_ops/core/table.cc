@@ -9,242 +9,16 @@
 #include <thread>
 
 #include "custom_ops/core/memory.h"
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
+#include "custom_ops/core/stripe.h"
 
 namespace tfps {
-namespace {
-
-constexpr uint8_t kEmpty = 0x80;
-constexpr uint8_t kDeleted = 0xFE;
-constexpr size_t kGroup = 16;
-constexpr size_t kMinCapacity = kGroup;
-constexpr uint64_t kFirstChunkRows = 16;
-constexpr int kCursorRowBits = 40;
-constexpr int64_t kCursorRowMask = (int64_t{1} << kCursorRowBits) - 1;
-
-struct RowHeader {
-  uint64_t key;
-  uint32_t count;
-  uint32_t last_step;
-};
-static_assert(sizeof(RowHeader) == 16, "row header must stay 16 bytes");
-
-// Bit i set where control byte i of the group equals b.
-inline uint32_t MatchByte(const uint8_t* group, uint8_t b) {
-#if defined(__SSE2__)
-  const __m128i ctrl = _mm_load_si128(reinterpret_cast<const __m128i*>(group));
-  return static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(ctrl, _mm_set1_epi8(static_cast<char>(b)))));
-#else
-  uint32_t mask = 0;
-  for (size_t i = 0; i < kGroup; ++i) mask |= static_cast<uint32_t>(group[i] == b) << i;
-  return mask;
-#endif
-}
-
-// Empty and deleted bytes are exactly those with the top bit set.
-inline uint32_t MatchFree(const uint8_t* group) {
-#if defined(__SSE2__)
-  const __m128i ctrl = _mm_load_si128(reinterpret_cast<const __m128i*>(group));
-  return static_cast<uint32_t>(_mm_movemask_epi8(ctrl));
-#else
-  uint32_t mask = 0;
-  for (size_t i = 0; i < kGroup; ++i) mask |= static_cast<uint32_t>(group[i] >> 7) << i;
-  return mask;
-#endif
-}
-
-inline int LowestBit(uint32_t mask) { return __builtin_ctz(mask); }
-
-template <int kWrite = 0>
-inline void PrefetchLines(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, kWrite);
-}
-
-inline uint32_t ClampToU32(int64_t v) {
-  if (v < 0) return 0;
-  if (v > static_cast<int64_t>(UINT32_MAX)) return UINT32_MAX;
-  return static_cast<uint32_t>(v);
-}
-
-}  // namespace
-
-struct Table::Stripe {
-  explicit Stripe(RegionAllocator* row_memory) : row_memory(row_memory) {}
-
-  mutable std::shared_mutex mu;
-  RegionAllocator* row_memory;  // the table's; chunks are released with it
-  uint8_t* ctrl = nullptr;
-  uint32_t* slot_rows = nullptr;
-  size_t capacity = 0;
-  size_t size = 0;
-  size_t tombstones = 0;
-  // Row arena: chunk c holds kFirstChunkRows << c rows, so a row number maps to its
-  // chunk with one count-leading-zeros and rows never move as the arena grows.
-  std::vector<char*> chunks;
-  uint64_t rows_used = 0;
-  std::vector<uint32_t> free_rows;
-  std::vector<uint64_t> live;  // bit per row number
-
-  static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
-
-  char* Row(uint64_t r, size_t row_bytes) const {
-    const uint64_t q = r / kFirstChunkRows + 1;
-    const int c = 63 - __builtin_clzll(q);
-    const uint64_t first = kFirstChunkRows * ((uint64_t{1} << c) - 1);
-    return chunks[c] + (r - first) * row_bytes;
-  }
-  bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
-
-  void ResetIndex(size_t new_capacity) {
-    ctrl = static_cast<uint8_t*>(AllocateZeroed(new_capacity));
-    std::memset(ctrl, kEmpty, new_capacity);
-    slot_rows = static_cast<uint32_t*>(AllocateZeroed(new_capacity * sizeof(uint32_t)));
-    capacity = new_capacity;
-    tombstones = 0;
-  }
-
-  // Frees the index; row chunks go back with the table's RegionAllocator.
-  void FreeAll() {
-    Deallocate(ctrl, capacity);
-    Deallocate(slot_rows, capacity * sizeof(uint32_t));
-    chunks.clear();
-    std::vector<uint32_t>().swap(free_rows);
-    std::vector<uint64_t>().swap(live);
-    ctrl = nullptr;
-    slot_rows = nullptr;
-    capacity = size = tombstones = rows_used = 0;
-  }
-
-  // Slot holding `key`, or -1.
-  int64_t FindSlot(uint64_t key, uint64_t hash, size_t row_bytes) const {
-    const size_t mask = capacity / kGroup - 1;
-    const uint8_t h2 = hash & 0x7f;
-    size_t g = (hash >> 7) & mask;
-    for (size_t probe = 1;; ++probe) {
-      const uint8_t* group = ctrl + g * kGroup;
-      for (uint32_t m = MatchByte(group, h2); m != 0; m &= m - 1) {
-        const size_t slot = g * kGroup + LowestBit(m);
-        const auto* header = reinterpret_cast<const RowHeader*>(Row(slot_rows[slot], row_bytes));
-        if (header->key == key) return static_cast<int64_t>(slot);
-      }
-      if (MatchByte(group, kEmpty) != 0) return -1;
-      g = (g + probe) & mask;
-    }
-  }
-
-  void PrefetchGroup(uint64_t hash) const {
-    const size_t g = (hash >> 7) & (capacity / kGroup - 1);
-    __builtin_prefetch(ctrl + g * kGroup);
-    __builtin_prefetch(slot_rows + g * kGroup);
-  }
-
-  // Prefetches the first `bytes` of the row of the first hash-fragment match in the key's
-  // home group, which is the key's row in nearly every case.
-  void PrefetchLikelyRow(uint64_t hash, size_t row_bytes, size_t bytes) const {
-    const size_t g = (hash >> 7) & (capacity / kGroup - 1);
-    const uint32_t m = MatchByte(ctrl + g * kGroup, hash & 0x7f);
-    if (m != 0) PrefetchLines(Row(slot_rows[g * kGroup + LowestBit(m)], row_bytes), bytes);
-  }
-
-  // First empty or deleted slot on the probe path of `hash`.
-  size_t FreeSlot(uint64_t hash) const {
-    const size_t mask = capacity / kGroup - 1;
-    size_t g = (hash >> 7) & mask;
-    for (size_t probe = 1;; ++probe) {
-      const uint32_t m = MatchFree(ctrl + g * kGroup);
-      if (m != 0) return g * kGroup + LowestBit(m);
-      g = (g + probe) & mask;
-    }
-  }
-
-  // Rebuilds the index from the row arena, read in address order: far cheaper than
-  // chasing each row from the old index, since rows are many times the index's size.
-  void Rehash(size_t new_capacity, size_t row_bytes) {
-    Deallocate(ctrl, capacity);
-    Deallocate(slot_rows, capacity * sizeof(uint32_t));
-    ResetIndex(new_capacity);
-    for (uint64_t word = 0; word * 64 < rows_used; ++word) {
-      for (uint64_t bits = live[word]; bits != 0; bits &= bits - 1) {
-        const uint64_t r = word * 64 + __builtin_ctzll(bits);
-        const uint64_t hash = TableHash(reinterpret_cast<const RowHeader*>(Row(r, row_bytes))->key);
-        const size_t slot = FreeSlot(hash);
-        ctrl[slot] = hash & 0x7f;
-        slot_rows[slot] = static_cast<uint32_t>(r);
-      }
-    }
-  }
-
-  uint64_t AllocateRow(size_t row_bytes) {
-    uint64_t r;
-    if (!free_rows.empty()) {
-      r = free_rows.back();
-      free_rows.pop_back();
-    } else {
-      r = rows_used++;
-      if (r >= kFirstChunkRows * ((uint64_t{1} << chunks.size()) - 1)) {
-        const size_t c = chunks.size();
-        chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(c) * row_bytes)));
-      }
-      if ((r >> 6) >= live.size()) live.resize(live.size() * 2 + 1, 0);
-    }
-    live[r >> 6] |= uint64_t{1} << (r & 63);
-    return r;
-  }
-
-  // Row of `key`, inserting an uninitialized one if absent; *inserted says which.
-  char* FindOrAddRow(uint64_t key, uint64_t hash, size_t row_bytes, bool* inserted) {
-    const int64_t found = FindSlot(key, hash, row_bytes);
-    if (found >= 0) {
-      *inserted = false;
-      return Row(slot_rows[found], row_bytes);
-    }
-    if ((size + tombstones + 1) * 8 > capacity * 7) {
-      // Grow when at least half of the 7/8 budget is live; otherwise only sweep tombstones.
-      Rehash(size * 16 >= capacity * 7 ? capacity * 2 : capacity, row_bytes);
-    }
-    const size_t slot = FreeSlot(hash);
-    if (ctrl[slot] == kDeleted) --tombstones;
-    const uint64_t r = AllocateRow(row_bytes);
-    ctrl[slot] = hash & 0x7f;
-    slot_rows[slot] = static_cast<uint32_t>(r);
-    ++size;
-    *inserted = true;
-    char* row = Row(r, row_bytes);
-    reinterpret_cast<RowHeader*>(row)->key = key;
-    return row;
-  }
-
-  bool RemoveKey(uint64_t key, uint64_t hash, size_t row_bytes) {
-    const int64_t slot = FindSlot(key, hash, row_bytes);
-    if (slot < 0) return false;
-    const uint32_t r = slot_rows[slot];
-    // A probe stops at the first group with an empty byte, so a slot in such a group can
-    // become empty again; elsewhere it must stay a tombstone.
-    const uint8_t* group = ctrl + (slot / kGroup) * kGroup;
-    if (MatchByte(group, kEmpty) != 0) {
-      ctrl[slot] = kEmpty;
-    } else {
-      ctrl[slot] = kDeleted;
-      ++tombstones;
-    }
-    live[r >> 6] &= ~(uint64_t{1} << (r & 63));
-    free_rows.push_back(r);
-    --size;
-    return true;
-  }
-};
-
 namespace {
 
 // Visits a stripe's keys in order while the index groups and rows of keys further ahead
 // are being fetched, so a lookup waits on memory once per many keys instead of three
 // times per key. body(j) handles key j of the batch; prefetch(j) may fetch its own data.
 template <typename Body, typename Prefetch>
-void PipelinedForEach(const Table::Stripe& s, const StripeBatch& batch, size_t row_bytes,
+void PipelinedForEach(const Stripe& s, const StripeBatch& batch, size_t row_bytes,
                       size_t row_prefix_bytes, Body&& body, Prefetch&& prefetch) {
   constexpr int64_t kGroupAhead = 16, kRowAhead = 8;
   const int64_t count = batch.count;
@@ -260,7 +34,7 @@ void PipelinedForEach(const Table::Stripe& s, const StripeBatch& batch, size_t r
 }
 
 template <typename Body>
-void PipelinedForEach(const Table::Stripe& s, const StripeBatch& batch, size_t row_bytes,
+void PipelinedForEach(const Stripe& s, const StripeBatch& batch, size_t row_bytes,
                       size_t row_prefix_bytes, Body&& body) {
   PipelinedForEach(s, batch, row_bytes, row_prefix_bytes, body, [](int64_t) {});
 }
@@ -330,13 +104,14 @@ Table::~Table() {
 
 template <typename Fn>
 void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per_key,
-                               const ParallelFor& parallel_for, Fn&& fn) const {
+                               bool shared_lock, const ParallelFor& parallel_for, Fn&& fn) const {
   if (n <= 0) return;
   const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
   const int shift = 64 - config_.log2_stripes;
-  std::vector<uint64_t> hashes(n);
-  std::vector<int64_t> order(n);
-  std::vector<uint64_t> grouped_keys(n), grouped_hashes(n);
+  std::unique_ptr<GroupedKeys> grouped = scratch_.Acquire(n);
+  int64_t* order = grouped->order.get();
+  uint64_t* grouped_keys = grouped->keys.get();
+  uint64_t* grouped_hashes = grouped->hashes.get();
   // Stable counting sort by stripe, in blocks so both phases run in parallel.
   const int64_t blocks = std::min<int64_t>(16, (n + 32767) / 32768);
   const int64_t block_size = (n + blocks - 1) / blocks;
@@ -345,8 +120,7 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
     for (int64_t b = b0; b < b1; ++b) {
       int64_t* count = offsets.data() + b * num_stripes;
       for (int64_t i = b * block_size, end = std::min(n, i + block_size); i < end; ++i) {
-        hashes[i] = TableHash(keys[i]);
-        ++count[hashes[i] >> shift];
+        ++count[TableHash(keys[i]) >> shift];
       }
     }
   });
@@ -365,23 +139,38 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
     for (int64_t b = b0; b < b1; ++b) {
       int64_t* next = offsets.data() + b * num_stripes;
       for (int64_t i = b * block_size, end = std::min(n, i + block_size); i < end; ++i) {
-        const int64_t pos = next[hashes[i] >> shift]++;
+        const uint64_t hash = TableHash(keys[i]);  // recomputing beats storing and reloading
+        const int64_t pos = next[hash >> shift]++;
         order[pos] = i;
         grouped_keys[pos] = keys[i];
-        grouped_hashes[pos] = hashes[i];
+        grouped_hashes[pos] = hash;
       }
     }
   });
-  parallel_for(num_stripes, std::max<int64_t>(1, cost_per_key * n / num_stripes),
-               [&](int64_t s0, int64_t s1) {
-                 for (int64_t s = s0; s < s1; ++s) {
-                   const int64_t begin = stripe_begin[s], end = stripe_begin[s + 1];
-                   if (begin < end) {
-                     fn(*stripes_[s], StripeBatch{order.data() + begin, grouped_keys.data() + begin,
-                                                  grouped_hashes.data() + begin, end - begin});
-                   }
-                 }
+  // Work items are whole stripes, or for readers (which share a stripe's lock) pieces of
+  // at most kReaderPiece keys, so a stripe holding a very hot key does not leave the other
+  // threads idle.
+  constexpr int64_t kReaderPiece = 4096;
+  std::vector<StripeBatch> items;
+  items.reserve(num_stripes);
+  std::vector<Stripe*> item_stripes;
+  item_stripes.reserve(num_stripes);
+  for (int64_t s = 0; s < num_stripes; ++s) {
+    const int64_t end = stripe_begin[s + 1];
+    for (int64_t begin = stripe_begin[s]; begin < end;) {
+      const int64_t piece_end = shared_lock ? std::min(end, begin + kReaderPiece) : end;
+      items.push_back(StripeBatch{order + begin, grouped_keys + begin, grouped_hashes + begin,
+                                  piece_end - begin});
+      item_stripes.push_back(stripes_[s].get());
+      begin = piece_end;
+    }
+  }
+  const int64_t num_items = static_cast<int64_t>(items.size());
+  parallel_for(num_items, std::max<int64_t>(1, cost_per_key * n / std::max<int64_t>(1, num_items)),
+               [&](int64_t i0, int64_t i1) {
+                 for (int64_t i = i0; i < i1; ++i) fn(*item_stripes[i], items[i]);
                });
+  scratch_.Release(std::move(grouped));
 }
 
 void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists,
@@ -389,7 +178,7 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
-  ForEachStripeGroup(keys, n, 40 + dim, parallel_for,
+  ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::shared_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
@@ -412,7 +201,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
-  ForEachStripeGroup(keys, n, 60 + 2 * dim, parallel_for,
+  ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
@@ -441,7 +230,7 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
   });
   if (!finite.load()) return false;
   const uint32_t last_step = ClampToU32(step);
-  ForEachStripeGroup(keys, n, 60 + 6 * dim, parallel_for,
+  ForEachStripeGroup(keys, n, 60 + 6 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
@@ -466,7 +255,7 @@ void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
                    const ParallelFor& parallel_for) {
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
-  ForEachStripeGroup(keys, n, 60 + 2 * dim, parallel_for,
+  ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
@@ -484,7 +273,7 @@ void Table::Import(const uint64_t* keys, int64_t n, const float* values, const f
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
-  ForEachStripeGroup(keys, n, 60 + 3 * dim, parallel_for,
+  ForEachStripeGroup(keys, n, 60 + 3 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
@@ -503,7 +292,7 @@ void Table::Import(const uint64_t* keys, int64_t n, const float* values, const f
 
 int64_t Table::Remove(const uint64_t* keys, int64_t n, const ParallelFor& parallel_for) {
   std::atomic<int64_t> removed{0};
-  ForEachStripeGroup(keys, n, 60, parallel_for,
+  ForEachStripeGroup(keys, n, 60, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
     int64_t local = 0;

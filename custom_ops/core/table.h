@@ -24,8 +24,11 @@
 #include "custom_ops/core/hashing.h"
 #include "custom_ops/core/memory.h"
 #include "custom_ops/core/optimizer.h"
+#include "custom_ops/core/scratch.h"
 
 namespace tfps {
+
+struct Stripe;
 
 // Runs fn(begin, end) over disjoint ranges covering [0, total), possibly in parallel;
 // cost_per_unit is a rough cost of one unit in nanoseconds so a runner can decide how
@@ -120,16 +123,17 @@ class Table {
   bool DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,
                 int64_t metadata[kNumMetadata]) const;
 
-  struct Stripe;
-
  private:
   template <typename Fn>
-  void ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per_key,
+  // Groups keys by stripe and calls fn(stripe, batch) for each group, in parallel. With
+  // shared_lock (fn only reads), a stripe's group may be split over several calls.
+  void ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per_key, bool shared_lock,
                           const ParallelFor& parallel_for, Fn&& fn) const;
 
   TableConfig config_;
   size_t row_bytes_;
   RegionAllocator row_memory_;
+  mutable ScratchPool scratch_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 

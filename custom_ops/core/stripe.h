@@ -1,0 +1,243 @@
+// One stripe of a Table: a SwissTable-style open-addressing index (control bytes holding
+// 7 hash bits, probed 16 at a time) over a row arena whose rows never move. Not
+// thread-safe by itself: callers hold `mu`.
+#ifndef TFPS_CORE_STRIPE_H_
+#define TFPS_CORE_STRIPE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <shared_mutex>
+#include <vector>
+
+#include "custom_ops/core/hashing.h"
+#include "custom_ops/core/memory.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace tfps {
+
+constexpr uint8_t kEmpty = 0x80;
+constexpr uint8_t kDeleted = 0xFE;
+constexpr size_t kGroup = 16;
+constexpr size_t kMinCapacity = kGroup;
+constexpr uint64_t kFirstChunkRows = 16;
+constexpr int kCursorRowBits = 40;
+constexpr int64_t kCursorRowMask = (int64_t{1} << kCursorRowBits) - 1;
+
+struct RowHeader {
+  uint64_t key;
+  uint32_t count;
+  uint32_t last_step;
+};
+static_assert(sizeof(RowHeader) == 16, "row header must stay 16 bytes");
+
+// Bit i set where control byte i of the group equals b.
+inline uint32_t MatchByte(const uint8_t* group, uint8_t b) {
+#if defined(__SSE2__)
+  const __m128i ctrl = _mm_load_si128(reinterpret_cast<const __m128i*>(group));
+  return static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(ctrl, _mm_set1_epi8(static_cast<char>(b)))));
+#else
+  uint32_t mask = 0;
+  for (size_t i = 0; i < kGroup; ++i) mask |= static_cast<uint32_t>(group[i] == b) << i;
+  return mask;
+#endif
+}
+
+// Empty and deleted bytes are exactly those with the top bit set.
+inline uint32_t MatchFree(const uint8_t* group) {
+#if defined(__SSE2__)
+  const __m128i ctrl = _mm_load_si128(reinterpret_cast<const __m128i*>(group));
+  return static_cast<uint32_t>(_mm_movemask_epi8(ctrl));
+#else
+  uint32_t mask = 0;
+  for (size_t i = 0; i < kGroup; ++i) mask |= static_cast<uint32_t>(group[i] >> 7) << i;
+  return mask;
+#endif
+}
+
+inline int LowestBit(uint32_t mask) { return __builtin_ctz(mask); }
+
+template <int kWrite = 0>
+inline void PrefetchLines(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, kWrite);
+}
+
+inline uint32_t ClampToU32(int64_t v) {
+  if (v < 0) return 0;
+  if (v > static_cast<int64_t>(UINT32_MAX)) return UINT32_MAX;
+  return static_cast<uint32_t>(v);
+}
+
+struct Stripe {
+  explicit Stripe(RegionAllocator* row_memory) : row_memory(row_memory) {}
+
+  mutable std::shared_mutex mu;
+  RegionAllocator* row_memory;  // the table's; chunks are released with it
+  uint8_t* ctrl = nullptr;
+  uint32_t* slot_rows = nullptr;
+  size_t capacity = 0;
+  size_t size = 0;
+  size_t tombstones = 0;
+  // Row arena: chunk c holds kFirstChunkRows << c rows, so a row number maps to its
+  // chunk with one count-leading-zeros and rows never move as the arena grows.
+  std::vector<char*> chunks;
+  uint64_t rows_used = 0;
+  std::vector<uint32_t> free_rows;
+  std::vector<uint64_t> live;  // bit per row number
+
+  static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
+
+  char* Row(uint64_t r, size_t row_bytes) const {
+    const uint64_t q = r / kFirstChunkRows + 1;
+    const int c = 63 - __builtin_clzll(q);
+    const uint64_t first = kFirstChunkRows * ((uint64_t{1} << c) - 1);
+    return chunks[c] + (r - first) * row_bytes;
+  }
+  bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
+
+  void ResetIndex(size_t new_capacity) {
+    ctrl = static_cast<uint8_t*>(AllocateZeroed(new_capacity));
+    std::memset(ctrl, kEmpty, new_capacity);
+    slot_rows = static_cast<uint32_t*>(AllocateZeroed(new_capacity * sizeof(uint32_t)));
+    capacity = new_capacity;
+    tombstones = 0;
+  }
+
+  // Frees the index; row chunks go back with the table's RegionAllocator.
+  void FreeAll() {
+    Deallocate(ctrl, capacity);
+    Deallocate(slot_rows, capacity * sizeof(uint32_t));
+    chunks.clear();
+    std::vector<uint32_t>().swap(free_rows);
+    std::vector<uint64_t>().swap(live);
+    ctrl = nullptr;
+    slot_rows = nullptr;
+    capacity = size = tombstones = rows_used = 0;
+  }
+
+  // Slot holding `key`, or -1.
+  int64_t FindSlot(uint64_t key, uint64_t hash, size_t row_bytes) const {
+    const size_t mask = capacity / kGroup - 1;
+    const uint8_t h2 = hash & 0x7f;
+    size_t g = (hash >> 7) & mask;
+    for (size_t probe = 1;; ++probe) {
+      const uint8_t* group = ctrl + g * kGroup;
+      for (uint32_t m = MatchByte(group, h2); m != 0; m &= m - 1) {
+        const size_t slot = g * kGroup + LowestBit(m);
+        const auto* header = reinterpret_cast<const RowHeader*>(Row(slot_rows[slot], row_bytes));
+        if (header->key == key) return static_cast<int64_t>(slot);
+      }
+      if (MatchByte(group, kEmpty) != 0) return -1;
+      g = (g + probe) & mask;
+    }
+  }
+
+  void PrefetchGroup(uint64_t hash) const {
+    const size_t g = (hash >> 7) & (capacity / kGroup - 1);
+    __builtin_prefetch(ctrl + g * kGroup);
+    __builtin_prefetch(slot_rows + g * kGroup);
+  }
+
+  // Prefetches the first `bytes` of the row of the first hash-fragment match in the key's
+  // home group, which is the key's row in nearly every case.
+  void PrefetchLikelyRow(uint64_t hash, size_t row_bytes, size_t bytes) const {
+    const size_t g = (hash >> 7) & (capacity / kGroup - 1);
+    const uint32_t m = MatchByte(ctrl + g * kGroup, hash & 0x7f);
+    if (m != 0) PrefetchLines(Row(slot_rows[g * kGroup + LowestBit(m)], row_bytes), bytes);
+  }
+
+  // First empty or deleted slot on the probe path of `hash`.
+  size_t FreeSlot(uint64_t hash) const {
+    const size_t mask = capacity / kGroup - 1;
+    size_t g = (hash >> 7) & mask;
+    for (size_t probe = 1;; ++probe) {
+      const uint32_t m = MatchFree(ctrl + g * kGroup);
+      if (m != 0) return g * kGroup + LowestBit(m);
+      g = (g + probe) & mask;
+    }
+  }
+
+  // Rebuilds the index from the row arena, read in address order: far cheaper than
+  // chasing each row from the old index, since rows are many times the index's size.
+  void Rehash(size_t new_capacity, size_t row_bytes) {
+    Deallocate(ctrl, capacity);
+    Deallocate(slot_rows, capacity * sizeof(uint32_t));
+    ResetIndex(new_capacity);
+    for (uint64_t word = 0; word * 64 < rows_used; ++word) {
+      for (uint64_t bits = live[word]; bits != 0; bits &= bits - 1) {
+        const uint64_t r = word * 64 + __builtin_ctzll(bits);
+        const uint64_t hash = TableHash(reinterpret_cast<const RowHeader*>(Row(r, row_bytes))->key);
+        const size_t slot = FreeSlot(hash);
+        ctrl[slot] = hash & 0x7f;
+        slot_rows[slot] = static_cast<uint32_t>(r);
+      }
+    }
+  }
+
+  uint64_t AllocateRow(size_t row_bytes) {
+    uint64_t r;
+    if (!free_rows.empty()) {
+      r = free_rows.back();
+      free_rows.pop_back();
+    } else {
+      r = rows_used++;
+      if (r >= kFirstChunkRows * ((uint64_t{1} << chunks.size()) - 1)) {
+        const size_t c = chunks.size();
+        chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(c) * row_bytes)));
+      }
+      if ((r >> 6) >= live.size()) live.resize(live.size() * 2 + 1, 0);
+    }
+    live[r >> 6] |= uint64_t{1} << (r & 63);
+    return r;
+  }
+
+  // Row of `key`, inserting an uninitialized one if absent; *inserted says which.
+  char* FindOrAddRow(uint64_t key, uint64_t hash, size_t row_bytes, bool* inserted) {
+    const int64_t found = FindSlot(key, hash, row_bytes);
+    if (found >= 0) {
+      *inserted = false;
+      return Row(slot_rows[found], row_bytes);
+    }
+    if ((size + tombstones + 1) * 8 > capacity * 7) {
+      // Grow when at least half of the 7/8 budget is live; otherwise only sweep tombstones.
+      Rehash(size * 16 >= capacity * 7 ? capacity * 2 : capacity, row_bytes);
+    }
+    const size_t slot = FreeSlot(hash);
+    if (ctrl[slot] == kDeleted) --tombstones;
+    const uint64_t r = AllocateRow(row_bytes);
+    ctrl[slot] = hash & 0x7f;
+    slot_rows[slot] = static_cast<uint32_t>(r);
+    ++size;
+    *inserted = true;
+    char* row = Row(r, row_bytes);
+    reinterpret_cast<RowHeader*>(row)->key = key;
+    return row;
+  }
+
+  bool RemoveKey(uint64_t key, uint64_t hash, size_t row_bytes) {
+    const int64_t slot = FindSlot(key, hash, row_bytes);
+    if (slot < 0) return false;
+    const uint32_t r = slot_rows[slot];
+    // A probe stops at the first group with an empty byte, so a slot in such a group can
+    // become empty again; elsewhere it must stay a tombstone.
+    const uint8_t* group = ctrl + (slot / kGroup) * kGroup;
+    if (MatchByte(group, kEmpty) != 0) {
+      ctrl[slot] = kEmpty;
+    } else {
+      ctrl[slot] = kDeleted;
+      ++tombstones;
+    }
+    live[r >> 6] &= ~(uint64_t{1} << (r & 63));
+    free_rows.push_back(r);
+    --size;
+    return true;
+  }
+};
+
+
+}  // namespace tfps
+
+#endif  // TFPS_CORE_STRIPE_H_
