@@ -14,6 +14,8 @@ OP_SOURCES = [
     "custom_ops/table/kernels/table_resource.cc",
     "custom_ops/table/kernels/table_kernels.cc",
     "custom_ops/table/kernels/build_info.cc",
+    "custom_ops/metrics/ops/metric_ops.cc",
+    "custom_ops/metrics/kernels/histogram_auc_kernel.cc",
 ]
 
 CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc"]

@@ -54,7 +54,7 @@ def median_seconds(fn, repeats=5, setup=None):
 
 
 def emit(record):
-    print(json.dumps(record), flush=True)
+    print(json.dumps(record, default=lambda o: o.item() if hasattr(o, "item") else str(o)), flush=True)
 
 
 def machine():

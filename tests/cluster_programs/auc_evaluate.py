@@ -1,0 +1,65 @@
+"""Run by tests/test_metrics_pss.py in its own process: model.evaluate under an in-process
+ParameterServerStrategy with 2 workers; prints the metric results and the multiset of
+records the workers evaluated, as JSON."""
+
+import json
+import os
+import sys
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+import tfps  # noqa: E402
+
+NUM_IDS, BATCH, STEPS = 1000, 64, 24
+
+
+class RecordCounts(keras.metrics.Metric):
+    """Counts evaluated records by id, recovered from the prediction (id + 0.5) / NUM_IDS."""
+
+    def __init__(self, name="record_counts", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.counts = self.add_weight(name="counts", shape=[NUM_IDS], dtype=tf.float64,
+                                      initializer="zeros", aggregation=tf.VariableAggregation.SUM)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        ids = tf.cast(tf.floor(tf.reshape(y_pred, [-1]) * NUM_IDS), tf.int64)
+        return self.counts.scatter_add(tf.IndexedSlices(tf.ones_like(ids, tf.float64), ids))
+
+    def result(self):
+        return tf.reduce_sum(self.counts)
+
+
+def label_of(ids):
+    """A label that depends on the id (so AUC is neither 0.5 nor 1)."""
+    return tf.cast(tf.math.floormod(ids * 7919, 13) < 4 + ids * 6 // NUM_IDS, tf.float32)
+
+
+def dataset_fn(_):
+    ids = tf.data.Dataset.random().map(lambda r: tf.math.floormod(r, NUM_IDS))  # differs per worker
+    return ids.map(lambda i: (i, label_of(i))).batch(BATCH).repeat()
+
+
+def main():
+    with tfps.distribute.local_cluster(num_workers=2, num_ps=1) as strategy:
+        with strategy.scope():
+            ids = keras.Input(shape=(), dtype=tf.int64)
+            prediction = keras.layers.Lambda(
+                lambda i: (tf.cast(i, tf.float32) + 0.5) / NUM_IDS)(ids)
+            model = keras.Model(ids, prediction)
+            counts = RecordCounts()
+            model.compile(loss="binary_crossentropy", metrics=[tfps.metrics.AUC(name="auc"), counts])
+        results = model.evaluate(keras.utils.experimental.DatasetCreator(dataset_fn), steps=STEPS,
+                                 return_dict=True, verbose=0)
+        record_counts = counts.counts.numpy().tolist()
+    json.dump({"results": results, "record_counts": record_counts, "steps": STEPS, "batch": BATCH},
+              sys.stdout)
+    sys.stdout.flush()
+    os._exit(0)  # in-process servers cannot be stopped; end the process without waiting
+
+
+if __name__ == "__main__":
+    main()

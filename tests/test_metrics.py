@@ -1,0 +1,184 @@
+"""tfps.metrics against exact sort-based references, eagerly and in tf.function."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+from tests.auc_reference import exact_average_precision, exact_roc_auc
+
+
+def evaluate(metric, run, y_true, y_pred, sample_weight=None, batch=8192, **kwargs):
+    update = lambda t, p, w: metric.update_state(t, p, sample_weight=w, **kwargs)  # noqa: E731
+    for start in range(0, len(y_pred), batch):
+        sl = slice(start, start + batch)
+        w = None if sample_weight is None else tf.constant(sample_weight[sl])
+        run(update, tf.constant(y_true[sl]), tf.constant(y_pred[sl]), w)
+    return float(metric.result())
+
+
+def data(kind, n, seed=0):
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        labels = (rng.random(n) < 0.3).astype(np.float32)
+        scores = np.clip(rng.normal(0.45 + 0.15 * labels, 0.2), 0, 1).astype(np.float32)
+    elif kind == "tied":  # few distinct scores, all on bucket boundaries
+        labels = (rng.random(n) < 0.4).astype(np.float32)
+        level = rng.integers(0, 11, n) + (labels > 0) * (rng.random(n) < 0.5)
+        scores = (np.minimum(level, 10) / 10).astype(np.float32)
+    elif kind == "skewed":  # 1% positives
+        labels = (rng.random(n) < 0.01).astype(np.float32)
+        scores = rng.beta(1 + 3 * labels, 8).astype(np.float32)
+    elif kind == "extremes":  # exactly 0 and 1 (1.0 lands in the last bucket), bucket edges
+        labels = (rng.random(n) < 0.5).astype(np.float32)
+        scores = rng.choice(np.array([0.0, 1.0, 0.5, 2 ** -16], np.float32), n)
+    return labels, scores
+
+
+# Results are float32, like every Keras metric: "exact" means within 1e-7.
+@pytest.mark.parametrize("kind,tolerance", [("random", 1e-4), ("tied", 1e-7), ("skewed", 1e-4),
+                                            ("extremes", 1e-7)])
+def test_roc_auc_matches_exact(run, kind, tolerance):
+    labels, scores = data(kind, 200_000)
+    got = evaluate(tfps.metrics.AUC(), run, labels, scores)
+    assert abs(got - exact_roc_auc(labels, scores)) <= tolerance
+
+
+def test_million_well_spread_predictions_within_1e4():
+    labels, scores = data("random", 1_000_000, seed=5)
+    metric = tfps.metrics.AUC()
+    got = evaluate(metric, lambda f, *a: f(*a), labels, scores, batch=1 << 17)
+    assert abs(got - exact_roc_auc(labels, scores)) <= 1e-4
+
+
+def test_adversarial_narrow_range_stays_within_the_documented_tie_bound():
+    # Every prediction in a band 4 buckets wide: the histogram cannot order most pairs,
+    # but its error never exceeds half the fraction of pos/neg pairs sharing a bucket.
+    rng = np.random.default_rng(2)
+    labels = (rng.random(100_000) < 0.5).astype(np.float32)
+    scores = (0.5 + 4 * 2 ** -16 * rng.random(100_000) ** (1 - 0.5 * labels)).astype(np.float32)
+    metric = tfps.metrics.AUC()
+    got = evaluate(metric, lambda f, *a: f(*a), labels, scores)
+    buckets = np.minimum((scores.astype(np.float64) * 2 ** 16).astype(np.int64), 2 ** 16 - 1)
+    pos = np.bincount(buckets, labels, minlength=2 ** 16)
+    neg = np.bincount(buckets, 1 - labels, minlength=2 ** 16)
+    bound = 0.5 * np.sum(pos * neg) / (pos.sum() * neg.sum())
+    exact = exact_roc_auc(labels, scores)
+    assert abs(exact - 0.5) > 0.05  # the data really is separable at fine resolution
+    assert abs(got - exact) <= bound + 1e-12
+
+
+def test_sample_weight_and_soft_labels(run):
+    labels, scores = data("random", 50_000, seed=3)
+    weights = np.random.default_rng(4).exponential(size=len(scores)).astype(np.float32)
+    got = evaluate(tfps.metrics.AUC(), run, labels, scores, sample_weight=weights)
+    assert abs(got - exact_roc_auc(labels, scores, weights)) <= 1e-4
+    # A soft label y is y positive plus (1 - y) negative examples.
+    soft = np.array([0.25, 1.0, 0.0], np.float32)
+    preds = np.array([0.9, 0.6, 0.2], np.float32)
+    got = evaluate(tfps.metrics.AUC(), run, soft, preds)
+    hard = exact_roc_auc([1, 0, 1, 0], [0.9, 0.9, 0.6, 0.2], [0.25, 0.75, 1.0, 1.0])
+    assert got == pytest.approx(hard, abs=1e-7)
+
+
+@pytest.mark.parametrize("kind,tolerance", [("random", 1e-3), ("tied", 1e-7), ("skewed", 2e-3)])
+def test_pr_auc_matches_exact_average_precision(run, kind, tolerance):
+    labels, scores = data(kind, 100_000)
+    got = evaluate(tfps.metrics.AUC(curve="PR"), run, labels, scores)
+    assert abs(got - exact_average_precision(labels, scores)) <= tolerance
+
+
+def test_degenerate_inputs_have_documented_values(run):
+    ones = np.ones(10, np.float32)
+    assert evaluate(tfps.metrics.AUC(), run, ones, np.linspace(0, 1, 10).astype(np.float32)) == 0.5
+    assert evaluate(tfps.metrics.AUC(), run, 0 * ones, 0.3 * ones) == 0.5
+    labels = np.array([1, 0, 1, 0, 0], np.float32)
+    assert evaluate(tfps.metrics.AUC(), run, labels, np.full(5, 0.7, np.float32)) == 0.5
+    assert evaluate(tfps.metrics.AUC(curve="PR"), run, labels, np.full(5, 0.7, np.float32)) == pytest.approx(0.4)
+    assert evaluate(tfps.metrics.AUC(curve="PR"), run, 0 * ones, 0.3 * ones) == 0.0
+    assert float(tfps.metrics.AUC().result()) == 0.5  # nothing seen yet
+
+
+@pytest.mark.parametrize("bad_pred,message", [(1.5, "predictions must be probabilities"),
+                                              (-0.1, "predictions must be probabilities"),
+                                              (np.nan, "predictions must be probabilities")])
+def test_out_of_range_predictions_are_rejected(run, bad_pred, message):
+    for metric in (tfps.metrics.AUC(), tfps.metrics.BinaryLogLoss(), tfps.metrics.CalibrationRatio()):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            run(lambda t, p: metric.update_state(t, p), tf.constant([1.0, 0.0]),
+                tf.constant([0.5, bad_pred], tf.float32))
+
+
+def test_bad_labels_weights_and_arguments_are_rejected(run):
+    metric = tfps.metrics.AUC()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="labels must be in"):
+        run(lambda t, p: metric.update_state(t, p), tf.constant([2.0]), tf.constant([0.5]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="sample_weight must be >= 0"):
+        run(lambda t, p, w: metric.update_state(t, p, w), tf.constant([1.0]), tf.constant([0.5]),
+            tf.constant([-1.0]))
+    with pytest.raises(ValueError, match="num_buckets must be an int >= 2"):
+        tfps.metrics.AUC(num_buckets=1)
+    with pytest.raises(ValueError, match="curve must be 'ROC' or 'PR'"):
+        tfps.metrics.AUC(curve="lift")
+
+
+def test_reset_state_and_config_round_trip():
+    metric = tfps.metrics.AUC(num_buckets=1024, curve="PR", name="pr")
+    metric.update_state([1.0, 0.0], [0.9, 0.1])
+    assert float(metric.result()) == 1.0
+    metric.reset_state()
+    assert float(metric.result()) == 0.0
+    clone = tfps.metrics.AUC.from_config(metric.get_config())
+    assert (clone.num_buckets, clone.curve, clone.name) == (1024, "PR", "pr")
+    for cls in (tfps.metrics.BinaryLogLoss, tfps.metrics.CalibrationRatio, tfps.metrics.GroupAUC):
+        m = cls(name="x")
+        assert cls.from_config(m.get_config()).get_config() == m.get_config()
+
+
+def test_log_loss_and_calibration_against_numpy(run):
+    labels, scores = data("random", 30_000, seed=9)
+    weights = np.random.default_rng(1).random(len(scores)).astype(np.float32)
+    p = np.clip(scores.astype(np.float64), 1e-7, 1 - 1e-7)
+    expected_loss = np.sum(weights * -(labels * np.log(p) + (1 - labels) * np.log(1 - p))) / weights.sum()
+    got = evaluate(tfps.metrics.BinaryLogLoss(), run, labels, scores, sample_weight=weights)
+    assert got == pytest.approx(expected_loss, rel=1e-6)
+    expected_ratio = np.sum(weights * scores) / np.sum(weights * labels)
+    got = evaluate(tfps.metrics.CalibrationRatio(), run, labels, scores, sample_weight=weights)
+    assert got == pytest.approx(expected_ratio, rel=1e-6)
+
+
+def test_group_auc_matches_exact_per_group_auc(run):
+    rng = np.random.default_rng(6)
+    n = 20_000
+    groups = (rng.integers(0, 300, n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
+    labels = (rng.random(n) < 0.3).astype(np.float32)
+    # On bucket edges, one distinct score per bucket (1.0 would share the top bucket).
+    scores = np.minimum((np.clip(rng.normal(0.4 + 0.2 * labels, 0.2), 0, 1) * 64).round(), 63) / 64
+    scores = scores.astype(np.float32)
+    metric = tfps.metrics.GroupAUC(num_buckets=64)
+    for start in range(0, n, 4096):
+        sl = slice(start, start + 4096)
+        run(lambda t, p, g: metric.update_state(t, p, groups=g), tf.constant(labels[sl]),
+            tf.constant(scores[sl]), tf.constant(groups[sl], tf.int64))
+    num, den = 0.0, 0.0
+    for g in np.unique(groups):
+        mask = groups == g
+        if 0 < labels[mask].sum() < mask.sum():
+            num += mask.sum() * exact_roc_auc(labels[mask], scores[mask])
+            den += mask.sum()
+    assert float(metric.result()) == pytest.approx(num / den, abs=1e-6)
+    metric.reset_state()
+    assert float(metric.result()) == 0.5
+
+
+def test_auc_works_in_keras_compile_fit_evaluate():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4096, 4)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * rng.normal(size=4096) > 0).astype(np.float32)
+    model = keras.Sequential([keras.layers.Dense(1, activation="sigmoid", input_shape=(4,))])
+    model.compile(optimizer="adam", loss="binary_crossentropy",
+                  metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss()])
+    model.fit(x, y, epochs=2, batch_size=256, verbose=0)
+    results = model.evaluate(x, y, batch_size=512, verbose=0, return_dict=True)
+    assert results["auc"] == pytest.approx(exact_roc_auc(y, model.predict(x, verbose=0)[:, 0]), abs=1e-4)

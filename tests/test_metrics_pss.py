@@ -1,0 +1,20 @@
+"""tfps.metrics.AUC under ParameterServerStrategy: evaluate() sums every worker's data."""
+
+import numpy as np
+import pytest
+
+from tests.auc_reference import exact_roc_auc
+from tests.cluster_run import run_cluster_program
+
+
+def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data():
+    out = run_cluster_program("auc_evaluate.py")
+    counts = np.array(out["record_counts"])
+    # Every evaluated record was counted once in the shared state, whichever worker ran it.
+    assert counts.sum() == out["steps"] * out["batch"]
+    ids = np.arange(len(counts))
+    labels = (np.mod(ids * 7919, 13) < 4 + ids * 6 // len(counts)).astype(np.float64)
+    scores = ((ids + 0.5) / len(counts)).astype(np.float32)
+    exact = exact_roc_auc(labels, scores, weights=counts)
+    assert 0.55 < exact < 0.95
+    assert out["results"]["auc"] == pytest.approx(exact, abs=1e-6)

@@ -1,0 +1,59 @@
+"""Parameter-server clusters: an in-process local cluster for tests and demos."""
+
+import contextlib
+import socket
+
+import tensorflow as tf
+
+# On a 2-core machine an in-process cluster deadlocks unless every server gets enough
+# inter-op threads: workers and parameter servers block threads waiting on each other.
+SERVER_INTER_OP_THREADS = 8
+
+
+def server_config():
+    """ConfigProto for a tf.distribute.Server of a PS or worker task."""
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = SERVER_INTER_OP_THREADS
+    return config
+
+
+def free_ports(n):
+    """n distinct free TCP ports on 127.0.0.1."""
+    sockets, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in sockets:
+            s.close()
+    return ports
+
+
+@contextlib.contextmanager
+def local_cluster(num_workers=2, num_ps=2):
+    """Starts `num_workers` workers and `num_ps` parameter servers in this process, on
+    127.0.0.1, and yields a ParameterServerStrategy whose coordinator is this process.
+
+    Servers of an in-process cluster live until the process exits (TensorFlow cannot stop
+    them); run one cluster per process.
+    """
+    if num_workers < 1 or num_ps < 1:
+        raise ValueError(f"local_cluster needs at least one worker and one ps, got "
+                         f"num_workers={num_workers}, num_ps={num_ps}")
+    ports = free_ports(num_workers + num_ps)
+    spec = {"worker": [f"127.0.0.1:{p}" for p in ports[:num_workers]],
+            "ps": [f"127.0.0.1:{p}" for p in ports[num_workers:]]}
+    cluster = tf.train.ClusterSpec(spec)
+    servers = []
+    for job, count in (("worker", num_workers), ("ps", num_ps)):
+        for i in range(count):
+            servers.append(tf.distribute.Server(cluster, job_name=job, task_index=i,
+                                                protocol="grpc", config=server_config(),
+                                                start=True))
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, rpc_layer="grpc")
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    yield strategy
+    del servers  # kept alive for the strategy's lifetime
