@@ -1,1 +1,5 @@
 """Keras layers of tfps, installed as `tfps.keras_layers`."""
+
+from tfps.keras_layers.dynamic_embedding import DynamicEmbedding
+
+__all__ = ["DynamicEmbedding"]

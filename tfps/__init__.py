@@ -1,11 +1,22 @@
 """tfps: parameter-server training of dynamic embedding tables for TensorFlow."""
 
+import os as _os
+
+# Installed, keras_layers/ is the subpackage tfps.keras_layers. In a source checkout it
+# sits beside tfps/, so let the package look there too.
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if not _os.path.isdir(_os.path.join(__path__[0], "keras_layers")) and _os.path.isfile(
+        _os.path.join(_checkout, "keras_layers", "dynamic_embedding.py")):
+    __path__.append(_checkout)
+
 from tfps import distribute
 from tfps import initializers
+from tfps import keras_layers
 from tfps import metrics
 from tfps import optimizers
 from tfps.table import DynamicTable, TableRows
 
 __version__ = "0.1.0"
 
-__all__ = ["DynamicTable", "TableRows", "distribute", "initializers", "metrics", "optimizers"]
+__all__ = ["DynamicTable", "TableRows", "distribute", "initializers", "keras_layers", "metrics",
+           "optimizers"]

@@ -32,6 +32,20 @@ TFPS_HOST_DEVICE uint64_t TableHash(uint64_t key) {
   return Mix64(key ^ 0x2545f4914f6cdd1dULL);
 }
 
+// Key of a feature's ID inside a table shared by several features: a bijection for each
+// namespace, so IDs of one feature never collide, and different namespaces scatter the
+// same ID to unrelated keys. Namespace 0 leaves keys unchanged.
+TFPS_HOST_DEVICE uint64_t NamespacedKey(uint64_t key, uint64_t ns) {
+  return ns == 0 ? key : Mix64(key ^ Mix64(ns * 0x9e3779b97f4a7c15ULL + 0x7f4a7c15ULL));
+}
+
+// Parameter-server shard of a key: well mixed (real IDs are far from uniform) and salted
+// apart from TableHash, so the keys of one shard still spread over all of its stripes.
+TFPS_HOST_DEVICE uint32_t ShardOf(uint64_t key, uint32_t num_shards) {
+  const uint64_t h = Mix64(key ^ 0x6a09e667f3bcc909ULL);
+  return static_cast<uint32_t>(((h >> 32) * num_shards) >> 32);
+}
+
 // The random stream of one key: 64 random bits per counter value, depending only on
 // (seed, key, counter). Computing the stream once per row keeps the per-element cost at
 // one mix.

@@ -1,0 +1,164 @@
+"""DynamicEmbedding locally: oracle against a pre-sized Keras Embedding, inputs, errors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+from tfps.keras_layers import DynamicEmbedding
+
+VOCAB, DIM, FIELDS = 40, 4, 3
+
+
+def dense_head():
+    return keras.layers.Dense(1, activation="sigmoid", kernel_initializer=keras.initializers.Constant(
+        np.linspace(-0.5, 0.5, FIELDS * DIM)[:, None]))
+
+
+def oracle_pair(table_optimizer, keras_optimizer_fn):
+    start = np.random.default_rng(0).normal(scale=0.3, size=(VOCAB, DIM)).astype(np.float32)
+    ids = keras.Input((FIELDS,), dtype=tf.int64)
+    reference_embedding = keras.layers.Embedding(
+        VOCAB, DIM, embeddings_initializer=keras.initializers.Constant(start))
+    reference = keras.Model(ids, dense_head()(keras.layers.Flatten()(reference_embedding(ids))))
+    dynamic = DynamicEmbedding(DIM, optimizer=table_optimizer, initializer="zeros")
+    ids2 = keras.Input((FIELDS,), dtype=tf.int64)
+    model = keras.Model(ids2, dense_head()(keras.layers.Flatten()(dynamic(ids2))))
+    dynamic.table.insert(np.arange(VOCAB, dtype=np.int64), start)
+    reference.compile(optimizer=keras_optimizer_fn(), loss="binary_crossentropy")
+    model.compile(optimizer=keras_optimizer_fn(), loss="binary_crossentropy")
+    return reference, reference_embedding, model, dynamic
+
+
+@pytest.mark.parametrize("table_optimizer,keras_optimizer_fn", [
+    (tfps.optimizers.SGD(0.5), lambda: keras.optimizers.legacy.SGD(0.5)),
+    (tfps.optimizers.Adagrad(0.3), lambda: keras.optimizers.legacy.Adagrad(0.3, initial_accumulator_value=0.1)),
+], ids=["sgd", "adagrad"])
+def test_same_losses_and_rows_as_a_presized_keras_embedding(table_optimizer, keras_optimizer_fn):
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, VOCAB, size=(512, FIELDS)).astype(np.int64)  # repeats within batches
+    y = (x.sum(1) % 3 == 0).astype(np.float32)
+    reference, reference_embedding, model, dynamic = oracle_pair(table_optimizer, keras_optimizer_fn)
+    ref_hist = reference.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0).history["loss"]
+    hist = model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0).history["loss"]
+    np.testing.assert_allclose(hist, ref_hist, atol=1e-5)
+    rows = dynamic.table.find(np.arange(VOCAB, dtype=np.int64)).numpy()
+    np.testing.assert_allclose(rows, reference_embedding.embeddings.numpy(), atol=1e-5)
+    assert ref_hist[-1] < ref_hist[0]
+    assert float(model.trainable_weights[0].numpy()) == 0.0  # the apply trigger never moves
+
+
+def test_inference_never_inserts_and_unseen_ids_read_zero_or_initial():
+    layer = DynamicEmbedding(3, initializer=tfps.initializers.RandomUniform(0.5, 1.0))
+    trained = layer(tf.constant([[1, 2]], tf.int64), training=True)
+    assert layer.table.shard_sizes() == [2]
+    out = layer(tf.constant([[1, 99]], tf.int64), training=False).numpy()
+    np.testing.assert_array_equal(out[0, 0], trained.numpy()[0, 0])
+    np.testing.assert_array_equal(out[0, 1], np.zeros(3))
+    assert layer.table.shard_sizes() == [2]
+    initial = DynamicEmbedding(3, initializer=tfps.initializers.RandomUniform(0.5, 1.0), unseen="initial")
+    initial.build(None)
+    row = initial(tf.constant([99], tf.int64)).numpy()[0]
+    assert np.all((row >= 0.5) & (row < 1.0))
+    assert initial.table.shard_sizes() == [0]
+
+
+def test_input_kinds_and_combiners():
+    layer = DynamicEmbedding(2, initializer="zeros")
+    layer.build(None)
+    layer.table.insert(np.array([1, 2, 3], np.int64), np.array([[1, 0], [0, 2], [4, 4]], np.float32))
+    dense = layer(tf.constant([[1, 2], [3, 3]], tf.int64)).numpy()
+    np.testing.assert_array_equal(dense, [[[1, 0], [0, 2]], [[4, 4], [4, 4]]])
+    for ids in (tf.constant([1], tf.int32), tf.constant([1], tf.uint64)):
+        np.testing.assert_array_equal(layer(ids).numpy(), [[1, 0]])
+    ragged = tf.ragged.constant([[1, 2], [], [3]], dtype=tf.int64)
+    for combiner, expected in (("sum", [[1, 2], [0, 0], [4, 4]]),
+                               ("mean", [[0.5, 1], [0, 0], [4, 4]]),
+                               ("sqrtn", [[1 / 2 ** 0.5, 2 / 2 ** 0.5], [0, 0], [4, 4]])):
+        layer.combiner = combiner
+        np.testing.assert_allclose(layer(ragged).numpy(), expected, rtol=1e-6)
+        sparse = ragged.to_sparse()
+        np.testing.assert_allclose(layer(sparse).numpy(), expected, rtol=1e-6)
+    layer.combiner = "mean"
+    np.testing.assert_allclose(layer(tf.constant([[1, 2]], tf.int64)).numpy(), [[0.5, 1]])
+    layer.combiner = None
+    out = layer(ragged)
+    assert isinstance(out, tf.RaggedTensor)
+    np.testing.assert_array_equal(out.values.numpy(), [[1, 0], [0, 2], [4, 4]])
+    assert layer(tf.zeros([0, 5], tf.int64)).shape == (0, 5, 2)
+
+
+def test_string_ids_and_namespaces_do_not_collide():
+    layer = DynamicEmbedding(2)
+    layer(tf.constant([["a", "b"]]), training=True)
+    layer(tf.constant([[7, 7]], tf.int64), training=True, namespace="columns")
+    layer(tf.constant([7], tf.int64), training=True, namespace=5)
+    layer(tf.constant([7], tf.int64), training=True)
+    # "a", "b", 7 in columns 1 and 2, 7 in namespace 5 and 7 itself: six distinct keys.
+    assert layer.table.shard_sizes() == [6]
+    keys = tfps.keys.ids_to_keys(tf.constant(["a"]))
+    assert keys.numpy()[0] == tfps.keys.fingerprint64(tf.constant(["a"])).numpy()[0]
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda l: l(tf.constant([1.0])), TypeError, "IDs must be int32, int64, uint64 or string, got float32"),
+    (lambda l: l(tf.ragged.constant([[[1]]], dtype=tf.int64, ragged_rank=2)), ValueError,
+     "ragged input must be"),
+    (lambda l: l(tf.constant([1, 2], tf.int64), namespace="columns"), ValueError, "needs \\[batch, k\\]"),
+    (lambda l: l(tf.constant([1], tf.int64), namespace=1.5), ValueError, "namespace must be an int"),
+])
+def test_bad_inputs_are_named(call, error, message):
+    layer = DynamicEmbedding(2)
+    with pytest.raises(error, match=message):
+        call(layer)
+
+
+def test_combiner_on_dense_1d_and_bad_arguments():
+    with pytest.raises(ValueError, match="a combiner needs multi-hot input of rank >= 2"):
+        DynamicEmbedding(2, combiner="sum")(tf.constant([1, 2], tf.int64))
+    with pytest.raises(ValueError, match="sparse input needs a combiner"):
+        DynamicEmbedding(2)(tf.ragged.constant([[1]], dtype=tf.int64).to_sparse())
+    for kwargs, message in ((dict(dim=0), "dim must be a positive int"),
+                            (dict(dim=2, combiner="max"), "combiner must be one of"),
+                            (dict(dim=2, unseen="nan"), "unseen must be one of"),
+                            (dict(dim=2, key_dtype=tf.float32), "key_dtype must be")):
+        with pytest.raises(ValueError, match=message):
+            DynamicEmbedding(**kwargs)
+
+
+def test_config_round_trip_and_model_styles(tmp_path):
+    layer = DynamicEmbedding(3, combiner="mean", optimizer=tfps.optimizers.Ftrl(0.1, l1_regularization_strength=0.01),
+                             initializer=tfps.initializers.TruncatedNormal(0.0, 0.02), seed=9,
+                             unseen="initial", name="ids")
+    clone = DynamicEmbedding.from_config(layer.get_config())
+    assert clone.get_config() == layer.get_config()
+    x = np.array([[1, 2], [3, 4]], np.int64)
+    y = np.array([1.0, 0.0], np.float32)
+    sequential = keras.Sequential([keras.Input((2,), dtype=tf.int64), DynamicEmbedding(2, combiner="sum"),
+                                   keras.layers.Dense(1)])
+
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.embedding = DynamicEmbedding(2, combiner="sum")
+            self.head = keras.layers.Dense(1)
+
+        def call(self, ids, training=None):
+            return self.head(self.embedding(ids, training=training))
+
+    for model in (sequential, Subclassed()):
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(x, y, epochs=1, verbose=0)
+        assert model.predict(x, verbose=0).shape == (2, 1)
+    embedding = sequential.layers[0]
+    assert embedding.table.shard_sizes() == [4]
+    # Weights checkpoint: table rows are saved and restored with the model.
+    path = str(tmp_path / "weights")
+    sequential.save_weights(path)
+    before = embedding.table.find(np.arange(1, 5, dtype=np.int64)).numpy()
+    sequential.fit(x, y, epochs=2, verbose=0)
+    embedding.table.find_or_insert(np.array([77], np.int64))
+    sequential.load_weights(path)
+    np.testing.assert_array_equal(embedding.table.find(np.arange(1, 5, dtype=np.int64)).numpy(), before)
+    assert embedding.table.shard_sizes() == [4]

@@ -1,0 +1,36 @@
+"""Feature IDs to 64-bit table keys, and keys to parameter-server shards."""
+
+import tensorflow as tf
+
+from tfps._ops import ops
+
+ID_DTYPES = (tf.int32, tf.int64, tf.uint64, tf.string)
+
+
+def fingerprint64(strings):
+    """Stable 64-bit fingerprints (FarmHash64) of a string tensor of any shape, as int64."""
+    flat = tf.reshape(strings, [-1])
+    keys = tf.bitcast(tf.fingerprint(flat, method="farmhash64"), tf.int64)
+    return tf.reshape(keys, tf.shape(strings))
+
+
+def ids_to_keys(ids, namespace=0, owner="tfps"):
+    """int64 table keys of int32/int64/uint64/string IDs, mixed with a feature namespace.
+
+    namespace: an int, or an int64 tensor of one namespace per ID. Namespace 0 keeps
+    integer IDs as they are; any other maps them by a bijection of its own, so features
+    sharing a table never collide.
+    """
+    if ids.dtype not in ID_DTYPES:
+        raise TypeError(f"{owner}: IDs must be int32, int64, uint64 or string, got {ids.dtype.name}"
+                        + ("; cast float IDs to integers explicitly" if ids.dtype.is_floating else ""))
+    if ids.dtype == tf.string:
+        ids = fingerprint64(ids)
+    if ids.dtype == tf.int64 and isinstance(namespace, int) and namespace == 0:
+        return ids
+    return ops.tfps_namespaced_keys(ids, tf.cast(namespace, tf.int64))
+
+
+def shard_of(keys, num_shards):
+    """int32 shard index of each int64 key."""
+    return ops.tfps_shard_of(keys, num_shards=int(num_shards))

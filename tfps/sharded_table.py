@@ -1,0 +1,148 @@
+"""A dynamic table split into shards, one per parameter-server task."""
+
+import tensorflow as tf
+
+from tfps import keys as keys_lib
+from tfps.table import DynamicTable, TableRows
+
+
+def parameter_server_devices(strategy=None):
+    """Devices of the PS tasks of a ParameterServerStrategy; [None] for any other strategy."""
+    strategy = strategy or tf.distribute.get_strategy()
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        num_ps = strategy.cluster_resolver.cluster_spec().num_tasks("ps")
+        return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(num_ps)]
+    return [None]
+
+
+class ShardedTable(tf.__internal__.tracking.Trackable):
+    """One DynamicTable per device; keys go to shard `keys.shard_of(key, num_shards)`.
+
+    Calls partition their keys on the calling device (a worker, under
+    ParameterServerStrategy) and issue one op per shard, which runs on that shard's
+    device. A checkpoint holds every row of every shard; restoring re-partitions the rows
+    over however many shards the table has now.
+
+    Args:
+      dim, optimizer, initializer, seed, name: as for DynamicTable.
+      devices: one device per shard; None means the current strategy's PS tasks (one
+        local shard when there are none).
+    """
+
+    def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0, name="table",
+                 devices=None):
+        self._devices = list(devices) if devices is not None else parameter_server_devices()
+        self._shards = []
+        for i, device in enumerate(self._devices):
+            with tf.init_scope(), tf.device(device):
+                self._shards.append(DynamicTable(dim, optimizer=optimizer, initializer=initializer,
+                                                 seed=seed, name=f"{name}_shard{i}"))
+        self._dim = dim
+        self._name = name
+
+    @property
+    def dim(self):
+        return self._dim
+
+    @property
+    def shards(self):
+        return list(self._shards)
+
+    @property
+    def num_shards(self):
+        return len(self._shards)
+
+    @property
+    def num_slots(self):
+        return self._shards[0].num_slots
+
+    def _partition(self, keys, *tensors):
+        """Per shard: (positions in keys, keys, *tensors) of the keys routed to it."""
+        if self.num_shards == 1:
+            return [(None, keys) + tensors]
+        shard = keys_lib.shard_of(keys, self.num_shards)
+        positions = tf.dynamic_partition(tf.range(tf.size(keys)), shard, self.num_shards)
+        parts = [tf.dynamic_partition(t, shard, self.num_shards) for t in (keys,) + tensors]
+        return [(positions[i],) + tuple(p[i] for p in parts) for i in range(self.num_shards)]
+
+    def _gather_back(self, positions, pieces):
+        return pieces[0] if positions[0] is None else tf.dynamic_stitch(positions, pieces)
+
+    def find_or_insert(self, keys):
+        """Rows of unique int64 keys [n], inserting new ones: float32 [n, dim]."""
+        parts = self._partition(keys)
+        rows = []
+        for table, device, (_, shard_keys) in zip(self._shards, self._devices, parts):
+            with tf.device(device):
+                rows.append(table.find_or_insert(shard_keys))
+        return self._gather_back([p[0] for p in parts], rows)
+
+    def find(self, keys, return_exists=False):
+        """Rows of int64 keys [n] without inserting, and optionally the exists mask."""
+        parts = self._partition(keys)
+        rows, exists = [], []
+        for table, device, (_, shard_keys) in zip(self._shards, self._devices, parts):
+            with tf.device(device):
+                r, e = table.find(shard_keys, return_exists=True)
+            rows.append(r)
+            exists.append(e)
+        positions = [p[0] for p in parts]
+        values = self._gather_back(positions, rows)
+        return (values, self._gather_back(positions, exists)) if return_exists else values
+
+    def apply_gradients(self, keys, gradients, step=0):
+        """Applies each shard's optimizer to its unique keys [n] with gradients [n, dim]."""
+        applies = []
+        for table, device, (_, shard_keys, shard_grads) in zip(
+                self._shards, self._devices, self._partition(keys, gradients)):
+            with tf.device(device):
+                applies.append(table.apply_gradients(shard_keys, shard_grads, step))
+        return tf.group(applies)
+
+    def insert(self, keys, values):
+        inserts = []
+        for table, device, (_, shard_keys, shard_values) in zip(
+                self._shards, self._devices, self._partition(keys, values)):
+            with tf.device(device):
+                inserts.append(table.insert(shard_keys, shard_values))
+        return tf.group(inserts)
+
+    def size(self):
+        return tf.add_n([table.size() for table in self._shards])
+
+    def shard_sizes(self):
+        """Keys per shard (eager: a list of ints)."""
+        return [int(table.size()) for table in self._shards]
+
+    def clear(self):
+        return tf.group([table.clear() for table in self._shards])
+
+    def export(self):
+        """Every row of every shard as one TableRows."""
+        parts = [table.export() for table in self._shards]
+        return TableRows(*(tf.concat([getattr(p, f) for p in parts], 0) for f in TableRows._fields))
+
+    def export_chunks(self, max_rows=65536):
+        """Yields TableRows chunks of at most max_rows rows, shard after shard (eager)."""
+        for table in self._shards:
+            yield from table.export_chunks(max_rows)
+
+    def import_rows(self, rows):
+        imports = []
+        for table, device, (_, keys, values, slots, metadata) in zip(
+                self._shards, self._devices,
+                self._partition(rows.keys, rows.values, rows.slots, rows.metadata)):
+            with tf.device(device):
+                imports.append(table.import_rows(TableRows(keys, values, slots, metadata)))
+        return tf.group(imports)
+
+    def _serialize_to_tensors(self):
+        rows = self.export()
+        return {"keys": rows.keys, "values": rows.values, "slots": rows.slots,
+                "metadata": rows.metadata}
+
+    def _restore_from_tensors(self, restored_tensors):
+        with tf.control_dependencies([self.clear()]):
+            return self.import_rows(TableRows(
+                restored_tensors["keys"], restored_tensors["values"],
+                restored_tensors["slots"], restored_tensors["metadata"]))
