@@ -62,12 +62,13 @@ class DynamicEmbedding(keras.layers.Layer):
         self.optimizer = optimizers_lib.get(optimizer)
         self.seed = seed
         self.unseen = unseen
-        self.table = None
+        # Created here, where the user's strategy scope is current: Keras builds layers of a
+        # functional model inside its own graph, where the strategy is not visible.
+        with tf.init_scope():
+            self.table = ShardedTable(dim, optimizer=self.optimizer, initializer=self.initializer,
+                                      seed=seed, name=self.name)
 
-    def build(self, input_shape):
-        self.table = ShardedTable(self.dim, optimizer=self.optimizer, initializer=self.initializer,
-                                  seed=self.seed, name=self.name)
-        # The lookup's gradient function reaches the tape through this variable; its
+    def build(self, input_shape):        # The lookup's gradient function reaches the tape through this variable; its
         # gradient is always zero, and computing it is what sends the sparse update.
         self.apply_trigger = self.add_weight("apply_trigger", shape=(), initializer="zeros",
                                              trainable=True)

@@ -10,7 +10,10 @@ def parameter_server_devices(strategy=None):
     """Devices of the PS tasks of a ParameterServerStrategy; [None] for any other strategy."""
     strategy = strategy or tf.distribute.get_strategy()
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-        num_ps = strategy.cluster_resolver.cluster_spec().num_tasks("ps")
+        # extended.parameter_devices names the coordinator in ParameterServerStrategyV2.
+        num_ps = getattr(strategy.extended, "_num_ps", None)
+        if num_ps is None:
+            num_ps = strategy.extended._cluster_spec.num_tasks("ps")  # pylint: disable=protected-access
         return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(num_ps)]
     return [None]
 

@@ -1,0 +1,68 @@
+"""Run by tests/test_dynamic_embedding_pss.py, twice: `save DIR` trains under 2 PS tasks
+with a Keras ModelCheckpoint(save_weights_only=True) and writes every table row to
+DIR/rows.npz; `restore DIR` builds the same model under 3 PS tasks, loads the weights and
+compares every key's value, slots and metadata with the saved rows. Prints JSON."""
+
+import json
+import os
+import sys
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+import tfps  # noqa: E402
+
+
+def dataset_fn(_):
+    def example(r):
+        return tf.stack([tf.math.floormod(r, 3000), tf.math.floormod(r // 3000, 500)]), \
+            tf.cast(tf.math.floormod(r, 7) < 3, tf.float32)
+    return tf.data.Dataset.random(seed=3).map(example).batch(64).repeat()
+
+
+def build(strategy):
+    with strategy.scope():
+        ids = keras.Input(shape=(2,), dtype=tf.int64)
+        embedding = tfps.keras_layers.DynamicEmbedding(
+            4, combiner="mean", optimizer=tfps.optimizers.Adagrad(0.2), name="ids")
+        model = keras.Model(ids, keras.layers.Dense(1, activation="sigmoid")(embedding(ids, namespace="columns")))
+        model.compile(optimizer=keras.optimizers.legacy.Adagrad(0.05), loss="binary_crossentropy",
+                      steps_per_execution=5)
+    return model, embedding
+
+
+def sorted_rows(table):
+    rows = table.export()
+    order = np.argsort(rows.keys.numpy())
+    return {name: getattr(rows, name).numpy()[order] for name in rows._fields}
+
+
+def main(mode, directory):
+    num_ps = 2 if mode == "save" else 3
+    with tfps.distribute.local_cluster(num_workers=2, num_ps=num_ps) as strategy:
+        model, embedding = build(strategy)
+        weights = os.path.join(directory, "weights")
+        if mode == "save":
+            model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=20,
+                      verbose=0, callbacks=[keras.callbacks.ModelCheckpoint(weights, save_weights_only=True)])
+            np.savez(os.path.join(directory, "rows.npz"), **sorted_rows(embedding.table))
+            out = {"shard_sizes": embedding.table.shard_sizes()}
+        else:
+            model.load_weights(weights)
+            saved = np.load(os.path.join(directory, "rows.npz"))
+            restored = sorted_rows(embedding.table)
+            out = {"shard_sizes": embedding.table.shard_sizes(),
+                   "keys_equal": bool(np.array_equal(saved["keys"], restored["keys"])),
+                   "num_keys": int(len(saved["keys"]))}
+            for name in ("values", "slots", "metadata"):
+                out[f"{name}_equal"] = bool(np.array_equal(saved[name], restored[name]))
+    json.dump(out, sys.stdout)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

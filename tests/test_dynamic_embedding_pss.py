@@ -1,0 +1,47 @@
+"""DynamicEmbedding under ParameterServerStrategy model.fit (in-process clusters, one per
+process)."""
+
+import numpy as np
+
+import tfps
+from tests.cluster_run import run_cluster_program
+
+
+def test_two_workers_two_ps_learn_an_id_only_task_with_keys_on_both_shards():
+    out = run_cluster_program("pss_train.py")
+    assert out["table_devices"] == ["/job:ps/replica:0/task:0/device:CPU:0",
+                                    "/job:ps/replica:0/task:1/device:CPU:0"]
+    assert min(out["shard_sizes"]) > 0.3 * sum(out["shard_sizes"])
+    assert out["evaluation"]["auc"] >= 0.75
+    assert out["history"]["loss"][-1] < out["history"]["loss"][0]
+
+
+def test_no_update_of_either_worker_is_lost():
+    out = run_cluster_program("pss_no_lost_updates.py")
+    keys = np.array(out["keys"], np.int64)
+    counts = np.array(out["counts"])
+    values = np.array(out["values"], np.float32)
+    # Each worker walked its own range tag * 2^20 + j: both ranges are there, complete.
+    tags = keys >> 20
+    assert len(np.unique(tags)) == 2
+    for tag in np.unique(tags):
+        offsets = np.sort(keys[tags == tag] - (tag << 20))
+        np.testing.assert_array_equal(offsets, np.arange(len(offsets)))
+    assert counts.min() >= 1
+    assert counts.sum() == out["steps"] * out["batch"]
+    assert min(out["shard_sizes"]) > 0
+    # Every key holds exactly its own updates: initial - lr * count / batch per element.
+    reference = tfps.DynamicTable(out["dim"], seed=out["seed"])
+    initial = reference.find(keys).numpy()
+    expected = initial - (out["learning_rate"] / out["batch"]) * counts[:, None]
+    np.testing.assert_allclose(values, expected, atol=1e-6)
+
+
+def test_checkpoint_restores_into_a_cluster_with_more_ps_tasks(tmp_path):
+    saved = run_cluster_program("pss_checkpoint.py", "save", str(tmp_path))
+    assert len(saved["shard_sizes"]) == 2 and min(saved["shard_sizes"]) > 0
+    restored = run_cluster_program("pss_checkpoint.py", "restore", str(tmp_path))
+    assert len(restored["shard_sizes"]) == 3 and min(restored["shard_sizes"]) > 0
+    assert restored["num_keys"] == sum(saved["shard_sizes"])
+    assert restored["keys_equal"] and restored["values_equal"]
+    assert restored["slots_equal"] and restored["metadata_equal"]
