@@ -162,3 +162,38 @@ def test_config_round_trip_and_model_styles(tmp_path):
     sequential.load_weights(path)
     np.testing.assert_array_equal(embedding.table.find(np.arange(1, 5, dtype=np.int64)).numpy(), before)
     assert embedding.table.shard_sizes() == [4]
+
+
+def test_backup_and_restore_brings_the_table_back_after_an_interruption(tmp_path):
+    x = np.random.default_rng(0).integers(0, 50, size=(256, 2)).astype(np.int64)
+    y = (x[:, 0] % 2).astype(np.float32)
+    layer = DynamicEmbedding(2, combiner="sum", optimizer=tfps.optimizers.Adagrad(0.1))
+    model = keras.Sequential([keras.Input((2,), dtype=tf.int64), layer, keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    snapshots = {}
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            snapshots[epoch] = sorted_rows(layer.table)
+            if epoch == 1:
+                raise RuntimeError("simulated preemption")
+
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        model.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[backup, Interrupt()])
+    layer.table.clear()  # the new process would start with empty tables
+
+    class CheckRestored(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            snapshots["restored"] = sorted_rows(layer.table)
+
+    model.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[backup, CheckRestored()])
+    # The backup is taken at the end of each epoch, before the interruption in epoch 1.
+    for saved, restored in zip(snapshots[1], snapshots["restored"]):
+        np.testing.assert_array_equal(saved, restored)
+
+
+def sorted_rows(table):
+    rows = table.export()
+    order = np.argsort(rows.keys.numpy())
+    return [t.numpy()[order] for t in rows]

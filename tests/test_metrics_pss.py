@@ -7,8 +7,10 @@ from tests.auc_reference import exact_roc_auc
 from tests.cluster_run import run_cluster_program
 
 
-def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data():
-    out = run_cluster_program("auc_evaluate.py")
+@pytest.mark.parametrize("layout", ["whole", "partitioned"])
+def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
+    out = run_cluster_program("auc_evaluate.py", layout)
+    assert out["auc_histogram_parts"] == (2 if layout == "partitioned" else 1)
     counts = np.array(out["record_counts"])
     # Every evaluated record was counted once in the shared state, whichever worker ran it.
     assert counts.sum() == out["steps"] * out["batch"]

@@ -33,9 +33,10 @@ def free_ports(n):
 
 
 @contextlib.contextmanager
-def local_cluster(num_workers=2, num_ps=2):
+def local_cluster(num_workers=2, num_ps=2, variable_partitioner=None):
     """Starts `num_workers` workers and `num_ps` parameter servers in this process, on
-    127.0.0.1, and yields a ParameterServerStrategy whose coordinator is this process.
+    127.0.0.1, and yields a ParameterServerStrategy whose coordinator is this process
+    (with `variable_partitioner`, if given).
 
     Servers of an in-process cluster live until the process exits (TensorFlow cannot stop
     them); run one cluster per process.
@@ -54,6 +55,7 @@ def local_cluster(num_workers=2, num_ps=2):
                                                 protocol="grpc", config=server_config(),
                                                 start=True))
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, rpc_layer="grpc")
-    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    strategy = tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=variable_partitioner)
     yield strategy
     del servers  # kept alive for the strategy's lifetime

@@ -52,6 +52,11 @@ def _as_float_vector(x):
     return x if x.shape.rank == 1 else tf.reshape(x, [-1])
 
 
+def _parts(variable):
+    """The variables a (possibly partitioned) variable is made of, in row order."""
+    return list(getattr(variable, "variables", [variable]))
+
+
 def _sum_variable(metric, name, shape=()):
     return metric.add_weight(name=name, shape=shape, dtype=tf.float64, initializer="zeros",
                              aggregation=tf.VariableAggregation.SUM)
@@ -113,11 +118,17 @@ class AUC(keras.metrics.Metric):
         else:
             weights = tf.reshape(tf.broadcast_to(tf.cast(sample_weight, tf.float32),
                                                  tf.shape(y_pred)), [-1])
-        return ops.tfps_histogram_auc_update(self.histogram.handle, y_true, y_pred, weights,
-                                             metric_name=f"tfps.metrics.AUC({self.name})")
+        updates, first = [], 0
+        for part in _parts(self.histogram):  # a variable partitioner may have split it
+            updates.append(ops.tfps_histogram_auc_update(
+                part.handle, y_true, y_pred, weights, tf.constant(first, tf.int64),
+                num_buckets=self.num_buckets, metric_name=f"tfps.metrics.AUC({self.name})"))
+            first += part.shape[0]
+        return tf.group(updates)
 
     def result(self):
-        return tf.cast(histogram_auc(self.histogram[:, 0], self.histogram[:, 1], self.curve), self.dtype)
+        histogram = tf.concat([tf.convert_to_tensor(part) for part in _parts(self.histogram)], 0)
+        return tf.cast(histogram_auc(histogram[:, 0], histogram[:, 1], self.curve), self.dtype)
 
     def reset_state(self):
         self.histogram.assign(tf.zeros_like(self.histogram))

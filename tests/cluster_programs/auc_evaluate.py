@@ -44,7 +44,11 @@ def dataset_fn(_):
 
 
 def main():
-    with tfps.distribute.local_cluster(num_workers=2, num_ps=1) as strategy:
+    # "partitioned": the metric variables are split over 2 PS by a variable partitioner.
+    partitioned = "partitioned" in sys.argv[1:]
+    partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(2) if partitioned else None
+    with tfps.distribute.local_cluster(num_workers=2, num_ps=2 if partitioned else 1,
+                                       variable_partitioner=partitioner) as strategy:
         with strategy.scope():
             ids = keras.Input(shape=(), dtype=tf.int64)
             prediction = keras.layers.Lambda(
@@ -54,8 +58,11 @@ def main():
             model.compile(loss="binary_crossentropy", metrics=[tfps.metrics.AUC(name="auc"), counts])
         results = model.evaluate(keras.utils.experimental.DatasetCreator(dataset_fn), steps=STEPS,
                                  return_dict=True, verbose=0)
-        record_counts = counts.counts.numpy().tolist()
-    json.dump({"results": results, "record_counts": record_counts, "steps": STEPS, "batch": BATCH},
+        record_counts = tf.concat([tf.convert_to_tensor(v) for v in
+                                   getattr(counts.counts, "variables", [counts.counts])], 0).numpy().tolist()
+        auc_parts = len(getattr(model.metrics[-2].histogram, "variables", [None]))
+    json.dump({"results": results, "record_counts": record_counts, "steps": STEPS, "batch": BATCH,
+               "auc_histogram_parts": auc_parts},
               sys.stdout)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be stopped; end the process without waiting

@@ -23,6 +23,7 @@ class HistogramAucUpdateOp : public OpKernel {
  public:
   explicit HistogramAucUpdateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("metric_name", &metric_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_buckets", &num_buckets_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -57,8 +58,7 @@ class HistogramAucUpdateOp : public OpKernel {
     ::tensorflow::mutex_lock lock(*var->mu());
     Tensor* histogram = var->tensor();
     OP_REQUIRES(ctx, var->is_initialized && histogram->dtype() == ::tensorflow::DT_DOUBLE &&
-                         histogram->dims() == 2 && histogram->dim_size(1) == 2 &&
-                         histogram->dim_size(0) >= 2,
+                         histogram->dims() == 2 && histogram->dim_size(1) == 2,
                 absl::InvalidArgumentError(absl::StrCat(
                     metric_name_, ": the histogram must be an initialized float64 variable of "
                     "shape [num_buckets, 2], got ", histogram->DebugString())));
@@ -71,11 +71,21 @@ class HistogramAucUpdateOp : public OpKernel {
       *histogram = copy;
     }
     // [bucket][positive, negative]: one cache line per example.
-    const int64_t buckets = histogram->dim_size(0);
+    const int64_t first = ctx->input(4).scalar<int64_t>()();
+    const int64_t rows = histogram->dim_size(0);
+    OP_REQUIRES(ctx, first >= 0 && first + rows <= num_buckets_,
+                absl::InvalidArgumentError(absl::StrCat(
+                    metric_name_, ": histogram rows [", first, ", ", first + rows,
+                    ") do not fit in ", num_buckets_, " buckets")));
     double* counts = histogram->flat<double>().data();
-    const float scale = static_cast<float>(buckets);
+    const float scale = static_cast<float>(num_buckets_);
+    const bool whole = rows == num_buckets_;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t b = std::min<int64_t>(static_cast<int64_t>(p[i] * scale), buckets - 1);
+      int64_t b = std::min<int64_t>(static_cast<int64_t>(p[i] * scale), num_buckets_ - 1);
+      if (!whole) {
+        b -= first;
+        if (b < 0 || b >= rows) continue;
+      }
       const double positive = static_cast<double>(w[i]) * y[i];
       counts[2 * b] += positive;
       counts[2 * b + 1] += static_cast<double>(w[i]) - positive;
@@ -104,6 +114,7 @@ class HistogramAucUpdateOp : public OpKernel {
 
  private:
   std::string metric_name_;
+  int64_t num_buckets_ = 0;
 };
 
 REGISTER_KERNEL_BUILDER(Name("Tfps>HistogramAucUpdate").Device(::tensorflow::DEVICE_CPU),
