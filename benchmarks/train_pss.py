@@ -1,7 +1,7 @@
 """DLRM-like training under ParameterServerStrategy: tfps DynamicEmbedding against stock
 tf_keras Hashing(2^20) + Embedding over a partitioned variable.
 
-    python benchmarks/train_pss.py [--steps 60]
+    python benchmarks/train_pss.py [--steps 150]
 
 Synthetic Criteo-shaped data (13 dense features, 26 categorical fields with power-law IDs
 over the 64-bit space, a label the IDs predict), in-process cluster of 2 workers and 2 PS,
@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 BATCH, FIELDS, DENSE, DIM, HASH_BINS = 1024, 26, 13, 16, 1 << 20
+LEARNING_RATE = 0.2  # the same for the tfps table, the stock embedding and dense layers
 GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
 
 
@@ -30,12 +31,12 @@ def criteo_like(seed=None):
 
     def batch(r):
         u = tf.random.stateless_uniform([BATCH, FIELDS + DENSE + 1], seed=tf.stack([r, r // 7 + 1]))
-        ranks = tf.cast(tf.floor(tf.exp(u[:, :FIELDS] * tf.math.log(2e6))), tf.int64)  # Zipf-like
+        ranks = tf.cast(tf.floor(tf.exp(u[:, :FIELDS] * tf.math.log(5e3))), tf.int64)  # Zipf-like
         field = tf.range(FIELDS, dtype=tf.int64)
         ids = (ranks * 31 + field) * GOLDEN  # spread over the 64-bit space
         effect = tf.sin(tf.cast(ranks, tf.float32) * 12.9898 + tf.cast(field, tf.float32) * 78.233)
         dense = -tf.math.log(1.0 - 0.999 * u[:, FIELDS:FIELDS + DENSE])
-        logit = 1.2 * tf.reduce_sum(effect[:, :8], 1) + 0.3 * (dense[:, 0] - 1.0) - 0.8
+        logit = 2.5 * tf.reduce_sum(effect[:, :4], 1) + 0.3 * (dense[:, 0] - 1.0) - 0.8
         label = tf.cast(u[:, -1] < tf.sigmoid(logit), tf.float32)
         return {"dense_features": dense, "categorical_ids": ids}, label
 
@@ -50,7 +51,7 @@ def build_model(kind, strategy):
         dense_in = keras.Input((DENSE,), name="dense_features")
         ids_in = keras.Input((FIELDS,), dtype=tf.int64, name="categorical_ids")
         if kind == "tfps":
-            emb = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=tfps.optimizers.Adagrad(0.05))(
+            emb = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=tfps.optimizers.Adagrad(LEARNING_RATE))(
                 ids_in, namespace="columns")
         else:
             hashed = keras.layers.Hashing(HASH_BINS)(ids_in)
@@ -60,7 +61,7 @@ def build_model(kind, strategy):
         for width in (256, 128):
             x = keras.layers.Dense(width, activation="relu")(x)
         model = keras.Model([dense_in, ids_in], keras.layers.Dense(1, activation="sigmoid")(x))
-        model.compile(optimizer=keras.optimizers.legacy.Adagrad(0.05), loss="binary_crossentropy",
+        model.compile(optimizer=keras.optimizers.legacy.Adagrad(LEARNING_RATE), loss="binary_crossentropy",
                       metrics=[tfps.metrics.AUC(name="auc")], steps_per_execution=10)
     return model
 
@@ -89,7 +90,7 @@ def run_one(kind, steps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--model", choices=["tfps", "stock"])
     args = parser.parse_args()
     if args.model:

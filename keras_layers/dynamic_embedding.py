@@ -72,8 +72,6 @@ class DynamicEmbedding(keras.layers.Layer):
         # gradient is always zero, and computing it is what sends the sparse update.
         self.apply_trigger = self.add_weight("apply_trigger", shape=(), initializer="zeros",
                                              trainable=True)
-        self.step = self.add_weight("step", shape=(), dtype=tf.int64, initializer="zeros",
-                                    trainable=False)
         super().build(input_shape)
 
     def call(self, inputs, training=None, namespace=None):
@@ -132,7 +130,9 @@ class DynamicEmbedding(keras.layers.Layer):
         return tf.reshape(tf.gather(rows, index), tf.concat([tf.shape(keys), [self.dim]], 0))
 
     def _train_lookup(self, unique):
-        step = self.step.assign_add(1)
+        # Each shard records its own apply count as the last-seen step: a global step
+        # variable would cost every training step a round trip to a parameter server.
+        step = tf.constant(-1, tf.int64)
 
         @tf.custom_gradient
         def lookup(keys, trigger):

@@ -216,3 +216,13 @@ def test_large_batches_grow_the_table_and_keep_every_row():
     np.testing.assert_array_equal(values.numpy(), first)
     np.testing.assert_array_equal(first[:3], np.stack(
         [reference.initial_row(int(k), 4, 8, "uniform", -0.05, 0.05) for k in keys[:3]]))
+
+
+def test_negative_step_records_the_tables_own_apply_count():
+    table = tfps.DynamicTable(2, optimizer="sgd")
+    for _ in range(3):
+        table.apply_gradients([5], [[1.0, 1.0]], step=-1)
+    table.apply_gradients([6], [[1.0, 1.0]], step=-1)
+    rows = table.export()
+    last_seen = dict(zip(rows.keys.numpy().tolist(), rows.metadata.numpy()[:, 1].tolist()))
+    assert last_seen == {5: 3, 6: 4}

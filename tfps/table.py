@@ -127,7 +127,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         Args:
           keys: [n] unique keys (a repeated key is updated once per occurrence).
           gradients: float32 [n, dim], already summed per key.
-          step: int64 scalar recorded as each key's last-seen step.
+          step: int64 scalar recorded as each key's last-seen step; a negative step
+            records the table's own count of apply calls instead.
 
         Raises:
           InvalidArgumentError: if a gradient is NaN or Inf (no row is changed), or shapes

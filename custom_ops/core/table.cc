@@ -229,7 +229,8 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
     if (!ok) finite.store(false, std::memory_order_relaxed);
   });
   if (!finite.load()) return false;
-  const uint32_t last_step = ClampToU32(step);
+  const int64_t call = apply_calls_.fetch_add(1) + 1;
+  const uint32_t last_step = ClampToU32(step < 0 ? call : step);
   ForEachStripeGroup(keys, n, 60 + 6 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);

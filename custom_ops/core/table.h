@@ -15,6 +15,7 @@
 #ifndef TFPS_CORE_TABLE_H_
 #define TFPS_CORE_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,7 +93,8 @@ class Table {
                     const ParallelFor& parallel_for);
 
   // Applies the optimizer to each key's row with its gradient row (n x dim), inserting
-  // absent keys first; counts one occurrence per key and records `step` as last seen.
+  // absent keys first; counts one occurrence per key and records `step` as last seen
+  // (a negative step stands for this table's own count of ApplyGradients calls).
   // Returns false and changes nothing if any gradient is NaN or infinite. A key repeated
   // in one call is updated once per occurrence, in input order.
   bool ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, int64_t step,
@@ -133,6 +135,7 @@ class Table {
   TableConfig config_;
   size_t row_bytes_;
   RegionAllocator row_memory_;
+  std::atomic<int64_t> apply_calls_{0};
   mutable ScratchPool scratch_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
