@@ -45,3 +45,9 @@ def test_checkpoint_restores_into_a_cluster_with_more_ps_tasks(tmp_path):
     assert restored["num_keys"] == sum(saved["shard_sizes"])
     assert restored["keys_equal"] and restored["values_equal"]
     assert restored["slots_equal"] and restored["metadata_equal"]
+
+
+def test_backup_and_restore_resumes_with_the_backed_up_tables(tmp_path):
+    out = run_cluster_program("pss_checkpoint.py", "backup", str(tmp_path))
+    assert out["num_keys"] > 0 and min(out["shard_sizes"]) > 0
+    assert out["keys_equal"] and out["values_equal"] and out["slots_equal"] and out["metadata_equal"]

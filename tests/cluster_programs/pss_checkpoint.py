@@ -1,7 +1,9 @@
-"""Run by tests/test_dynamic_embedding_pss.py, twice: `save DIR` trains under 2 PS tasks
-with a Keras ModelCheckpoint(save_weights_only=True) and writes every table row to
-DIR/rows.npz; `restore DIR` builds the same model under 3 PS tasks, loads the weights and
-compares every key's value, slots and metadata with the saved rows. Prints JSON."""
+"""Run by tests/test_dynamic_embedding_pss.py. `save DIR` trains under 2 PS tasks with a
+Keras ModelCheckpoint(save_weights_only=True) and writes every table row to DIR/rows.npz;
+`restore DIR` builds the same model under 3 PS tasks, loads the weights and compares every
+key's value, slots and metadata with the saved rows. `backup DIR` trains with
+BackupAndRestore until a simulated preemption, empties the tables, resumes, and compares
+the restored rows with those of the last backup. Prints JSON."""
 
 import json
 import os
@@ -40,12 +42,40 @@ def sorted_rows(table):
     return {name: getattr(rows, name).numpy()[order] for name in rows._fields}
 
 
+def backup_and_resume(model, embedding, directory):
+    snapshots = {}
+
+    class Preempt(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            snapshots[epoch] = sorted_rows(embedding.table)
+            if epoch == 1:
+                raise RuntimeError("simulated preemption")
+
+    class Restored(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            snapshots["restored"] = sorted_rows(embedding.table)
+
+    backup = keras.callbacks.BackupAndRestore(os.path.join(directory, "backup"))
+    data = keras.utils.experimental.DatasetCreator(dataset_fn)
+    try:
+        model.fit(data, epochs=4, steps_per_epoch=10, verbose=0, callbacks=[backup, Preempt()])
+    except RuntimeError as e:
+        assert "simulated preemption" in str(e)
+    embedding.table.clear()
+    model.fit(data, epochs=4, steps_per_epoch=10, verbose=0, callbacks=[backup, Restored()])
+    saved, restored = snapshots[1], snapshots["restored"]
+    return {"shard_sizes": embedding.table.shard_sizes(), "num_keys": int(len(saved["keys"])),
+            **{f"{name}_equal": bool(np.array_equal(saved[name], restored[name])) for name in saved}}
+
+
 def main(mode, directory):
-    num_ps = 2 if mode == "save" else 3
+    num_ps = 2 if mode in ("save", "backup") else 3
     with tfps.distribute.local_cluster(num_workers=2, num_ps=num_ps) as strategy:
         model, embedding = build(strategy)
         weights = os.path.join(directory, "weights")
-        if mode == "save":
+        if mode == "backup":
+            out = backup_and_resume(model, embedding, directory)
+        elif mode == "save":
             model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=20,
                       verbose=0, callbacks=[keras.callbacks.ModelCheckpoint(weights, save_weights_only=True)])
             np.savez(os.path.join(directory, "rows.npz"), **sorted_rows(embedding.table))
