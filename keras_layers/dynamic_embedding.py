@@ -7,6 +7,7 @@ import tf_keras as keras
 from tfps import initializers as initializers_lib
 from tfps import keys as keys_lib
 from tfps import optimizers as optimizers_lib
+from tfps import stock_ops
 from tfps.sharded_table import ShardedTable
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
@@ -67,6 +68,9 @@ class DynamicEmbedding(keras.layers.Layer):
         with tf.init_scope():
             self.table = ShardedTable(dim, optimizer=self.optimizer, initializer=self.initializer,
                                       seed=seed, name=self.name)
+        # Set by tfps.export while it traces the serving graph: lookups then use this frozen
+        # table and stock ops only.
+        self._serving_table = None
 
     def build(self, input_shape):        # The lookup's gradient function reaches the tape through this variable; its
         # gradient is always zero, and computing it is what sends the sparse update.
@@ -114,16 +118,22 @@ class DynamicEmbedding(keras.layers.Layer):
                     raise ValueError("DynamicEmbedding: namespace='columns' needs [batch, k] IDs, "
                                      f"got shape {ids.shape}")
                 column = tf.broadcast_to(tf.range(tf.shape(ids)[1], dtype=tf.int64), tf.shape(ids))
-            return keys_lib.ids_to_keys(ids, column + 1, owner="DynamicEmbedding")
-        if namespace is not None and (isinstance(namespace, bool) or not isinstance(namespace, int)):
+            namespace = column + 1
+        elif namespace is not None and (isinstance(namespace, bool) or not isinstance(namespace, int)):
             raise ValueError(f"DynamicEmbedding: namespace must be an int or 'columns', got {namespace!r}")
-        return keys_lib.ids_to_keys(ids, namespace or 0, owner="DynamicEmbedding")
+        return keys_lib.ids_to_keys(ids, 0 if namespace is None else namespace, owner="DynamicEmbedding",
+                                    stock_ops=self._serving_table is not None)
 
     def _embed(self, ids, training, namespace, column=None):
         keys = self._keys(ids, namespace, column)
         unique, index = tf.unique(tf.reshape(keys, [-1]), out_idx=tf.int64)
-        if training:
+        if training and self._serving_table is None:
             rows = self._train_lookup(unique)
+        elif self._serving_table is not None:
+            rows, exists = self._serving_table.find(unique)
+            if self.unseen == "initial":
+                initial = stock_ops.initial_rows(unique, self.dim, self.seed, self.initializer)
+                rows = tf.where(exists[:, None], rows, initial)
         else:
             values, exists = self.table.find(unique, return_exists=True)
             rows = values if self.unseen == "initial" else tf.where(exists[:, None], values, 0.0)

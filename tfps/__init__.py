@@ -10,6 +10,7 @@ if not _os.path.isdir(_os.path.join(__path__[0], "keras_layers")) and _os.path.i
     __path__.append(_checkout)
 
 from tfps import distribute
+from tfps import export
 from tfps import initializers
 from tfps import keras_layers
 from tfps import metrics
@@ -18,5 +19,5 @@ from tfps.table import DynamicTable, TableRows
 
 __version__ = "0.1.0"
 
-__all__ = ["DynamicTable", "TableRows", "distribute", "initializers", "keras_layers", "metrics",
+__all__ = ["DynamicTable", "TableRows", "distribute", "export", "initializers", "keras_layers", "metrics",
            "optimizers"]

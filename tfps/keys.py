@@ -14,12 +14,13 @@ def fingerprint64(strings):
     return tf.reshape(keys, tf.shape(strings))
 
 
-def ids_to_keys(ids, namespace=0, owner="tfps"):
+def ids_to_keys(ids, namespace=0, owner="tfps", stock_ops=False):
     """int64 table keys of int32/int64/uint64/string IDs, mixed with a feature namespace.
 
     namespace: an int, or an int64 tensor of one namespace per ID. Namespace 0 keeps
     integer IDs as they are; any other maps them by a bijection of its own, so features
-    sharing a table never collide.
+    sharing a table never collide. stock_ops: compute with stock TensorFlow ops only (for
+    graphs served without tfps), giving the same keys.
     """
     if ids.dtype not in ID_DTYPES:
         raise TypeError(f"{owner}: IDs must be int32, int64, uint64 or string, got {ids.dtype.name}"
@@ -28,6 +29,9 @@ def ids_to_keys(ids, namespace=0, owner="tfps"):
         ids = fingerprint64(ids)
     if ids.dtype == tf.int64 and isinstance(namespace, int) and namespace == 0:
         return ids
+    if stock_ops:
+        from tfps import stock_ops as stock
+        return stock.namespaced_keys(ids, namespace)
     return ops.tfps_namespaced_keys(ids, tf.cast(namespace, tf.int64))
 
 

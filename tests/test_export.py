@@ -1,0 +1,157 @@
+"""tfps.export.save_for_serving: SavedModels that stock TensorFlow serves without tfps."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+from tfps.keras_layers import DynamicEmbedding
+from tests.cluster_run import run_cluster_program
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def serve_without_tfps(export_dir, inputs, tmp_path):
+    path = str(tmp_path / "inputs.npz")
+    np.savez(path, **inputs)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "serving_check.py"), export_dir, path],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    import json
+    result = json.loads(out.stdout)
+    assert not result["tfps_imported"]
+    return np.array(result["outputs"][0], np.float32)
+
+
+def ctr_model():
+    """26 Criteo-like fields sharing one table, an int64 feature and a string feature."""
+    fields = keras.Input((26,), dtype=tf.int64, name="fields")
+    user = keras.Input((), dtype=tf.int64, name="user")
+    query = keras.Input((), dtype=tf.string, name="query")
+    shared = DynamicEmbedding(4, combiner="mean", name="fields_table")
+    users = DynamicEmbedding(4, name="users", unseen="initial",
+                             initializer=tfps.initializers.TruncatedNormal(0.0, 0.1))
+    queries = DynamicEmbedding(4, name="queries")
+    x = keras.layers.Concatenate()([shared(fields, namespace="columns"), users(user), queries(query)])
+    model = keras.Model([fields, user, query], keras.layers.Dense(1, activation="sigmoid")(x))
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    return model
+
+
+def ctr_data(n, seed, vocab=50):
+    rng = np.random.default_rng(seed)
+    return {"fields": rng.integers(0, vocab, (n, 26)).astype(np.int64),
+            "user": rng.integers(-vocab, vocab, n).astype(np.int64),
+            "query": np.array([f"q{v}" for v in rng.integers(0, vocab, n)])}
+
+
+@pytest.fixture(scope="module")
+def trained():
+    model = ctr_model()
+    data = ctr_data(2048, 0)
+    model.fit(data, (data["fields"][:, 0] % 2).astype(np.float32), epochs=2, batch_size=128, verbose=0)
+    return model
+
+
+def test_export_serves_the_same_predictions_without_tfps(trained, tmp_path):
+    report = tfps.export.save_for_serving(trained, str(tmp_path / "export"))
+    assert report["rows"]["fields_table"] > 26 * 40 and report["bytes"] > 0
+    test = ctr_data(256, 1, vocab=80)  # seen and unseen keys in every feature
+    expected = trained.predict(test, verbose=0)
+    served = serve_without_tfps(report["export_dir"], test, tmp_path)
+    np.testing.assert_allclose(served, expected, atol=1e-6)
+    graph = open(os.path.join(report["export_dir"], "saved_model.pb"), "rb").read()
+    assert b"Tfps>" not in graph
+
+
+def test_saved_model_cli_runs_the_export(trained, tmp_path):
+    report = tfps.export.save_for_serving(trained, str(tmp_path / "export"))
+    test = ctr_data(4, 2)
+    expected = trained.predict(test, verbose=0)
+    out_dir = tmp_path / "cli_out"
+    for name, value in test.items():
+        np.save(str(tmp_path / f"{name}.npy"), value.astype(object) if name == "query" else value)
+    inputs = ";".join(f"{name}={tmp_path / (name + '.npy')}" for name in test)
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    run = subprocess.run([cli, "run", "--dir", report["export_dir"], "--tag_set", "serve",
+                          "--signature_def", "serving_default", "--inputs", inputs,
+                          "--outdir", str(out_dir)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    served = np.load(glob.glob(str(out_dir / "*.npy"))[0])
+    np.testing.assert_allclose(served, expected, atol=1e-6)
+
+
+def test_min_count_prunes_exactly_the_rare_keys(tmp_path):
+    ids = keras.Input((), dtype=tf.int64)
+    layer = DynamicEmbedding(3, optimizer=tfps.optimizers.SGD(0.5))
+    model = keras.Model(ids, keras.layers.Dense(1)(layer(ids)))
+    model.compile(optimizer="sgd", loss="mse")
+    frequent, rare = np.arange(10, dtype=np.int64), np.arange(100, 105, dtype=np.int64)
+    x = np.concatenate([np.tile(frequent, 6), rare])  # each frequent key in 6 batches
+    model.fit(x, np.ones(len(x), np.float32), batch_size=5, epochs=1, shuffle=False, verbose=0)
+    counts = dict(zip(*(t.numpy().tolist() for t in (layer.table.export().keys,
+                                                     layer.table.export().metadata[:, 0]))))
+    assert all(counts[k] >= 3 for k in frequent) and all(counts[k] == 1 for k in rare)
+    report = tfps.export.save_for_serving(model, str(tmp_path / "pruned"), min_count=3)
+    assert report["rows"][layer.name] == len(frequent)
+    probe = np.concatenate([frequent, rare, [999]])
+    expected = model.predict(probe, verbose=0)
+    served = serve_without_tfps(report["export_dir"], {model.inputs[0].name.split(":")[0]: probe},
+                                tmp_path)
+    np.testing.assert_allclose(served[:10], expected[:10], atol=1e-6)   # kept keys unchanged
+    unseen_output = expected[-1]
+    np.testing.assert_allclose(served[10:], np.repeat(unseen_output[None], 6, 0), atol=1e-6)
+    assert not np.allclose(expected[10:15], unseen_output)  # pruning really changed them
+
+
+def test_float16_values_halve_the_rows(trained, tmp_path):
+    full = tfps.export.save_for_serving(trained, str(tmp_path / "f32"))
+    half = tfps.export.save_for_serving(trained, str(tmp_path / "f16"), value_dtype="float16")
+    assert half["rows"] == full["rows"]
+    assert half["bytes"] < full["bytes"]
+    test = ctr_data(64, 3)
+    np.testing.assert_allclose(serve_without_tfps(half["export_dir"], test, tmp_path),
+                               trained.predict(test, verbose=0), atol=2e-3)
+
+
+def test_bad_exports_fail_clearly_and_never_leave_a_partial_export(trained, tmp_path, monkeypatch):
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    with pytest.raises(FileExistsError, match="already exists"):
+        tfps.export.save_for_serving(trained, str(existing))
+    plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="no tfps DynamicEmbedding layer"):
+        tfps.export.save_for_serving(plain, str(tmp_path / "plain"))
+    with pytest.raises(PermissionError, match="cannot write into"):
+        tfps.export.save_for_serving(trained, "/proc/tfps_export")
+    with pytest.raises(ValueError, match="value_dtype must be float32 or float16"):
+        tfps.export.save_for_serving(trained, str(tmp_path / "bf16"), value_dtype="int8")
+
+    def failing_save(*args, **kwargs):
+        os.makedirs(args[1], exist_ok=True)
+        open(os.path.join(args[1], "half_written"), "w").close()
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tf.saved_model, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        tfps.export.save_for_serving(trained, str(tmp_path / "broken"))
+    assert not (tmp_path / "broken").exists()
+    assert not [p for p in os.listdir(tmp_path) if "tmp" in p]
+
+
+def test_export_of_a_model_trained_under_parameter_server_strategy(tmp_path):
+    out = run_cluster_program("pss_export.py", str(tmp_path))
+    assert min(out["shard_sizes"]) > 0
+    inputs = dict(np.load(str(tmp_path / "inputs.npz")))
+    served = serve_without_tfps(out["export_dir"], inputs, tmp_path)
+    np.testing.assert_allclose(served, np.load(str(tmp_path / "expected.npy")), atol=1e-6)
+    assert out["rows"]["ids"] == sum(out["shard_sizes"])
