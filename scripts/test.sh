@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: installs, builds, runs the C++ and Python
-# tests against TensorFlow 2.21, then builds and runs the op tests against 2.16.2.
+# tests against TensorFlow 2.21 (including the Bazel build), then builds and runs the op
+# tests against 2.16.2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+bash scripts/install_bazel.sh
 export TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1
 python3 -m pytest -q tests "$@"
 bash scripts/test_tf216.sh

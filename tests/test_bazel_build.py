@@ -1,0 +1,51 @@
+"""The Bazel build: same sources as the pip build, builds offline, and its library works."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import build_config
+from tests import reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def bazel_sources():
+    with open(os.path.join(ROOT, "custom_ops", "BUILD")) as f:
+        return {"custom_ops/" + s for s in re.findall(r'"([\w/.-]+\.cc)"', f.read())}
+
+
+def test_bazel_and_pip_builds_list_the_same_sources():
+    pip = set(build_config.CORE_SOURCES + build_config.OP_SOURCES + build_config.CORE_TEST_SOURCES)
+    assert bazel_sources() == pip
+    on_disk = {os.path.relpath(os.path.join(d, f), ROOT)
+               for d, _, files in os.walk(os.path.join(ROOT, "custom_ops")) for f in files
+               if f.endswith(".cc") and not f.endswith(".cu.cc")}
+    assert on_disk == pip, "a C++ source is in neither build, or listed but missing"
+
+
+@pytest.mark.skipif(shutil.which("bazel") is None,
+                    reason="bazel is not installed (scripts/test.sh installs Debian's bazel-bootstrap)")
+def test_bazel_builds_a_library_that_tensorflow_loads_and_runs():
+    env = dict(os.environ, PYTHON_BIN_PATH=sys.executable)
+    for target in (["build", "//:tfps_ops"], ["test", "//:core_tests"]):
+        run = subprocess.run(["bazel", *target], cwd=ROOT, capture_output=True, text=True, timeout=1500,
+                             env=env)
+        assert run.returncode == 0, run.stderr[-4000:]
+    library = os.path.join(ROOT, "bazel-bin", "custom_ops", "_tfps_ops.so")
+    check = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bazel_op_check.py"), library],
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert check.returncode == 0, check.stderr[-3000:]
+    out = json.loads(check.stdout)
+    keys = [0, -1, 12345, 2 ** 63 - 1]
+    expected = np.stack([reference.initial_row(k, 4, 9, "uniform", -1.0, 1.0) for k in keys])
+    np.testing.assert_array_equal(np.array(out["initial"], np.float32), expected)
+    np.testing.assert_array_equal(np.array(out["values"], np.float32), expected - np.float32(0.5))
+    assert all(out["exists"])
