@@ -22,6 +22,11 @@ OP_SOURCES = [
 
 CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc"]
 
+# CUDA sources: compiled by custom_ops/core/gpu/build.sh (TF-free harness and benchmark)
+# and by `bazel build --config=cuda`; CI compiles them with nvcc so they never rot.
+CUDA_SOURCES = ["custom_ops/core/gpu/gpu_table.cu.cc"]
+CUDA_TEST_SOURCES = ["custom_ops/core/gpu/tests/gpu_table_harness.cu.cc"]
+
 # -ffp-contract=off: initial values must round the same on every compiler and on the GPU.
 CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-pthread", "-ffp-contract=off",
             "-Wno-deprecated-declarations"]

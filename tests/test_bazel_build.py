@@ -22,23 +22,32 @@ def bazel_sources():
 
 
 def test_bazel_and_pip_builds_list_the_same_sources():
-    pip = set(build_config.CORE_SOURCES + build_config.OP_SOURCES + build_config.CORE_TEST_SOURCES)
-    assert bazel_sources() == pip
+    cpu = set(build_config.CORE_SOURCES + build_config.OP_SOURCES + build_config.CORE_TEST_SOURCES)
+    cuda = set(build_config.CUDA_SOURCES)
+    listed = bazel_sources()
+    assert {s for s in listed if not s.endswith(".cu.cc")} == cpu
+    assert {s for s in listed if s.endswith(".cu.cc")} == cuda
     on_disk = {os.path.relpath(os.path.join(d, f), ROOT)
                for d, _, files in os.walk(os.path.join(ROOT, "custom_ops")) for f in files
-               if f.endswith(".cc") and not f.endswith(".cu.cc")}
-    assert on_disk == pip, "a C++ source is in neither build, or listed but missing"
+               if f.endswith(".cc")}
+    assert on_disk == cpu | cuda | set(build_config.CUDA_TEST_SOURCES), \
+        "a C++ or CUDA source is in neither build, or listed but missing"
 
 
 @pytest.mark.skipif(shutil.which("bazel") is None,
                     reason="bazel is not installed (scripts/test.sh installs Debian's bazel-bootstrap)")
 def test_bazel_builds_a_library_that_tensorflow_loads_and_runs():
     env = dict(os.environ, PYTHON_BIN_PATH=sys.executable)
-    for target in (["build", "//:tfps_ops"], ["test", "//:core_tests"]):
+    targets = [["build", "//:tfps_ops"], ["test", "//:core_tests"]]
+    if shutil.which("nvcc"):
+        targets.append(["build", "--config=cuda", "//:tfps_ops"])
+    for target in targets:
         run = subprocess.run(["bazel", *target], cwd=ROOT, capture_output=True, text=True, timeout=1500,
                              env=env)
         assert run.returncode == 0, run.stderr[-4000:]
     library = os.path.join(ROOT, "bazel-bin", "custom_ops", "_tfps_ops.so")
+    if shutil.which("nvcc"):
+        assert os.path.getsize(os.path.join(ROOT, "bazel-bin", "custom_ops", "gpu_table.cu.o")) > 0
     check = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bazel_op_check.py"), library],
                            capture_output=True, text=True, timeout=300,
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds the TF-free GPU table harness and benchmark with nvcc into OUT_DIR (default
+# build/gpu). CUDA_ARCH picks the GPU (default sm_90: H100 and H200). Needs only CUDA.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+OUT="${OUT_DIR:-build/gpu}"
+ARCH="${CUDA_ARCH:-sm_90}"
+NVCC="${NVCC:-nvcc}"
+mkdir -p "$OUT"
+# --fmad=false and -ffp-contract=off: the GPU and CPU tables must round identically.
+CU_FLAGS=(-std=c++17 -O3 --fmad=false -arch="$ARCH" -I. -Xcompiler -ffp-contract=off)
+CXX_FLAGS=(-std=c++17 -O3 -pthread -ffp-contract=off -I.)
+"$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/gpu_table.cu.cc -o "$OUT/gpu_table.o"
+"$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/tests/gpu_table_harness.cu.cc -o "$OUT/harness.o"
+"$NVCC" "${CU_FLAGS[@]}" -x cu -c benchmarks/gpu_table.cu.cc -o "$OUT/benchmark.o"
+g++ "${CXX_FLAGS[@]}" -c custom_ops/core/table.cc -o "$OUT/table.o"
+g++ "${CXX_FLAGS[@]}" -c custom_ops/core/memory.cc -o "$OUT/memory.o"
+"$NVCC" -arch="$ARCH" "$OUT/harness.o" "$OUT/gpu_table.o" "$OUT/table.o" "$OUT/memory.o" -o "$OUT/gpu_table_harness" -lpthread
+"$NVCC" -arch="$ARCH" "$OUT/benchmark.o" "$OUT/gpu_table.o" -o "$OUT/gpu_table_benchmark"
+echo "built $OUT/gpu_table_harness and $OUT/gpu_table_benchmark"
