@@ -8,7 +8,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-"$VENV/bin/python" -m pip install -q "tensorflow==2.16.2" "numpy<2" pytest setuptools wheel
+"$VENV/bin/python" -m pip install -q "tensorflow==2.16.2" "tf_keras==2.16.*" "numpy<2" pytest setuptools wheel
 # A copy of the sources, so the 2.16 build does not replace the 2.21 library in place.
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

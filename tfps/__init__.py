@@ -9,6 +9,7 @@ if not _os.path.isdir(_os.path.join(__path__[0], "keras_layers")) and _os.path.i
         _os.path.join(_checkout, "keras_layers", "dynamic_embedding.py")):
     __path__.append(_checkout)
 
+from tfps import data
 from tfps import distribute
 from tfps import export
 from tfps import initializers
@@ -19,5 +20,5 @@ from tfps.table import DynamicTable, TableRows
 
 __version__ = "0.1.0"
 
-__all__ = ["DynamicTable", "TableRows", "distribute", "export", "initializers", "keras_layers", "metrics",
+__all__ = ["DynamicTable", "TableRows", "data", "distribute", "export", "initializers", "keras_layers", "metrics",
            "optimizers"]

@@ -59,3 +59,44 @@ def local_cluster(num_workers=2, num_ps=2, variable_partitioner=None):
         resolver, variable_partitioner=variable_partitioner)
     yield strategy
     del servers  # kept alive for the strategy's lifetime
+
+
+def tf_config():
+    """The parsed TF_CONFIG environment variable, or None."""
+    import json
+    import os
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+        config["cluster"], config["task"]["type"]  # noqa: B018  (both must be there)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"tfps.distribute: TF_CONFIG is not a valid cluster config ({e}): {raw!r}") from e
+    return config
+
+
+def strategy_from_tf_config(variable_partitioner=None):
+    """The strategy for this process, from TF_CONFIG.
+
+    In a ps or worker task this starts the task's server (with the thread settings that
+    keep small machines from deadlocking) and blocks for the life of the cluster; the op
+    library is already loaded, since importing tfps loads it. In the chief it returns a
+    ParameterServerStrategy; in an evaluator, and with no TF_CONFIG, the default strategy
+    (local training).
+    """
+    config = tf_config()
+    if config is None:
+        return tf.distribute.get_strategy()
+    task_type = config["task"]["type"]
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if task_type in ("ps", "worker"):
+        server = tf.distribute.Server(resolver.cluster_spec(), job_name=task_type,
+                                      task_index=resolver.task_id, protocol="grpc",
+                                      config=server_config(), start=True)
+        server.join()
+        raise SystemExit(0)  # join() returns only when the server is stopped
+    if task_type == "chief":
+        return tf.distribute.experimental.ParameterServerStrategy(
+            resolver, variable_partitioner=variable_partitioner)
+    return tf.distribute.get_strategy()

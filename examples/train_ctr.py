@@ -1,0 +1,122 @@
+"""Train a DLRM-style CTR model on Criteo-format files with tfps.
+
+    python examples/train_ctr.py --data_dir /tmp/criteo            # locally
+    tfps-launch --num_ps 2 --num_workers 2 examples/train_ctr.py --data_dir /tmp/criteo
+
+The same program runs locally (no TF_CONFIG) and as every task of a parameter-server
+cluster (TF_CONFIG, as tfps-launch or a Kubernetes TFJob sets it): ps and worker tasks
+serve, the chief trains. Missing data is generated. In a cluster the chief runs a tf.data
+service, so each line is read by exactly one worker per epoch. Logs loss, AUC and
+examples/s per epoch, saves checkpoints, and exports a SavedModel for serving.
+"""
+
+import argparse
+import glob
+import os
+import tempfile
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+import tfps  # noqa: E402
+
+
+def build_model(strategy, dim, learning_rate):
+    with strategy.scope():
+        dense = keras.Input((tfps.data.NUM_DENSE,), name="dense_features")
+        categorical = keras.Input((tfps.data.NUM_CATEGORICAL,), dtype=tf.int64, name="categorical_keys")
+        # The reader already put each field in its own namespace; one table serves all 26.
+        embedded = tfps.keras_layers.DynamicEmbedding(
+            dim, optimizer=tfps.optimizers.Adagrad(learning_rate), name="fields")(categorical)
+        bottom = keras.layers.Dense(dim, activation="relu")(keras.layers.Dense(64, activation="relu")(dense))
+        x = keras.layers.Concatenate()([bottom, keras.layers.Flatten()(embedded)])
+        for width in (256, 128):
+            x = keras.layers.Dense(width, activation="relu")(x)
+        model = keras.Model([dense, categorical], keras.layers.Dense(1, activation="sigmoid")(x))
+        model.compile(optimizer=keras.optimizers.legacy.Adagrad(learning_rate), loss="binary_crossentropy",
+                      metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss(name="log_loss")],
+                      steps_per_execution=10)
+    return model
+
+
+class Throughput(keras.callbacks.Callback):
+    def __init__(self, examples_per_epoch):
+        super().__init__()
+        self.examples_per_epoch = examples_per_epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        rate = self.examples_per_epoch / (time.perf_counter() - self.start)
+        print(f"epoch {epoch + 1}: loss {logs['loss']:.4f}  auc {logs['auc']:.4f}  "
+              f"{rate:,.0f} examples/s", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "tfps-criteo"))
+    parser.add_argument("--num_files", type=int, default=4)
+    parser.add_argument("--rows_per_file", type=int, default=25000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch_size", type=int, default=1024)
+    parser.add_argument("--steps_per_epoch", type=int, default=0, help="default: one pass over the data")
+    parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--learning_rate", type=float, default=0.1)
+    parser.add_argument("--checkpoint_dir", default=None)
+    parser.add_argument("--export_dir", default=None)
+    args = parser.parse_args()
+
+    strategy = tfps.distribute.strategy_from_tf_config()  # ps/worker tasks serve here
+    files = sorted(glob.glob(os.path.join(args.data_dir, "*.tsv")))
+    if not files:
+        print(f"generating {args.num_files} x {args.rows_per_file} rows in {args.data_dir}", flush=True)
+        files = tfps.data.write_criteo(args.data_dir, args.num_files, args.rows_per_file, seed=0)
+    train_files, eval_files = files[:-1] or files, files[-1:]
+    rows = sum(1 for f in train_files for _ in open(f))
+    steps = args.steps_per_epoch or max(1, rows // args.batch_size)
+    model = build_model(strategy, args.dim, args.learning_rate)
+    checkpoint_dir = args.checkpoint_dir or tempfile.mkdtemp(prefix="tfps-ckpt-")
+    callbacks = [Throughput(steps * args.batch_size),
+                 keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "weights"), save_weights_only=True)]
+    clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    with (tfps.data.local_data_service() if clustered else _no_service()) as service:
+        def train_data(_=None):
+            data = tfps.data.criteo_dataset(train_files, args.batch_size, shuffle_buffer=8192,
+                                            data_service=service, repeat=True)
+            return data
+
+        def eval_data(_=None):
+            return tfps.data.criteo_dataset(eval_files, args.batch_size, repeat=clustered)
+
+        if clustered:
+            train, evaluate = (keras.utils.experimental.DatasetCreator(f) for f in (train_data, eval_data))
+        else:
+            train, evaluate = train_data(), eval_data()
+        model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+        eval_rows = sum(1 for f in eval_files for _ in open(f))
+        results = model.evaluate(evaluate, steps=max(1, eval_rows // args.batch_size), return_dict=True, verbose=0)
+    print(f"eval: loss {results['loss']:.4f}  auc {results['auc']:.4f}  log_loss {results['log_loss']:.4f}")
+    print(f"checkpoints in {checkpoint_dir}; table sizes per PS shard: "
+          f"{model.get_layer('fields').table.shard_sizes()}", flush=True)
+    if args.export_dir:
+        report = tfps.export.save_for_serving(model, args.export_dir)
+        print(f"exported {report['rows']} rows, {report['bytes']:,} bytes to {report['export_dir']}")
+    if clustered:
+        os._exit(0)  # the ps and worker tasks are stopped by the launcher
+
+
+class _no_service:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+if __name__ == "__main__":
+    main()
