@@ -12,15 +12,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
 def scramble(ranks):
-    """Spreads small integers over the 64-bit space (MurmurHash3 finalizer, vectorized)."""
-    x = ranks.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(33)
-        x *= np.uint64(0xFF51AFD7ED558CCD)
-        x ^= x >> np.uint64(33)
-        x *= np.uint64(0xC4CEB9FE1A85EC53)
-        x ^= x >> np.uint64(33)
-    return x.view(np.int64)
+    """Spreads small integers over the 64-bit space (MurmurHash3 finalizer)."""
+    from tfps.keys import mix64_numpy
+    return mix64_numpy(ranks).view(np.int64)
 
 
 def uniform_keys(n, seed=0):

@@ -22,17 +22,6 @@ NUM_DENSE, NUM_CATEGORICAL = 13, 26
 NUM_COLUMNS = 1 + NUM_DENSE + NUM_CATEGORICAL
 
 
-def _mix64(x):
-    x = x.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(33)
-        x *= np.uint64(0xFF51AFD7ED558CCD)
-        x ^= x >> np.uint64(33)
-        x *= np.uint64(0xC4CEB9FE1A85EC53)
-        x ^= x >> np.uint64(33)
-    return x
-
-
 def write_criteo(directory, num_files=2, rows_per_file=10000, seed=0, vocabulary=5000):
     """Writes synthetic Criteo-format files; returns their paths.
 
@@ -48,7 +37,7 @@ def write_criteo(directory, num_files=2, rows_per_file=10000, seed=0, vocabulary
         n = rows_per_file
         ranks = np.floor(np.exp(rng.random((n, NUM_CATEGORICAL)) * np.log(vocabulary))).astype(np.uint64)
         field = np.arange(NUM_CATEGORICAL, dtype=np.uint64)
-        ids = _mix64(ranks * np.uint64(31) + field) & np.uint64(0xFFFFFFFF)
+        ids = keys_lib.mix64_numpy(ranks * np.uint64(31) + field) & np.uint64(0xFFFFFFFF)
         effect = np.sin(ranks[:, :6].astype(np.float64) * 12.9898 + np.arange(6) * 78.233).sum(1)
         ints = rng.poisson(3.0, (n, NUM_DENSE)) * rng.integers(1, 50, (1, NUM_DENSE))
         logit = 1.5 * effect + 0.3 * np.log1p(ints[:, 0]) - 0.4 * np.log1p(ints[:, 1]) - 0.5

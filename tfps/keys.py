@@ -1,5 +1,6 @@
 """Feature IDs to 64-bit table keys, and keys to parameter-server shards."""
 
+import numpy as np
 import tensorflow as tf
 
 from tfps._ops import ops
@@ -38,3 +39,15 @@ def ids_to_keys(ids, namespace=0, owner="tfps", stock_ops=False):
 def shard_of(keys, num_shards):
     """int32 shard index of each int64 key."""
     return ops.tfps_shard_of(keys, num_shards=int(num_shards))
+
+
+def mix64_numpy(x):
+    """MurmurHash3 fmix64 of an integer array (as uint64), for data generators."""
+    x = np.asarray(x).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(0xFF51AFD7ED558CCD)
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(0xC4CEB9FE1A85EC53)
+        x ^= x >> np.uint64(33)
+    return x

@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from tfps import keys as keys_lib
-from tfps.table import DynamicTable, TableRows
+from tfps.table import DynamicTable, TableRows, restore_rows, serialize_rows
 
 
 def parameter_server_devices(strategy=None):
@@ -140,12 +140,7 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         return tf.group(imports)
 
     def _serialize_to_tensors(self):
-        rows = self.export()
-        return {"keys": rows.keys, "values": rows.values, "slots": rows.slots,
-                "metadata": rows.metadata}
+        return serialize_rows(self)
 
     def _restore_from_tensors(self, restored_tensors):
-        with tf.control_dependencies([self.clear()]):
-            return self.import_rows(TableRows(
-                restored_tensors["keys"], restored_tensors["values"],
-                restored_tensors["slots"], restored_tensors["metadata"]))
+        return restore_rows(self, restored_tensors)

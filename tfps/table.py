@@ -195,15 +195,21 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
     # Checkpointing (TF2 Trackable).
 
     def _serialize_to_tensors(self):
-        rows = self.export()
-        return {"keys": rows.keys, "values": rows.values, "slots": rows.slots,
-                "metadata": rows.metadata}
+        return serialize_rows(self)
 
     def _restore_from_tensors(self, restored_tensors):
-        with tf.control_dependencies([self.clear()]):
-            return self.import_rows(TableRows(
-                restored_tensors["keys"], restored_tensors["values"],
-                restored_tensors["slots"], restored_tensors["metadata"]))
+        return restore_rows(self, restored_tensors)
+
+
+def serialize_rows(table):
+    """Checkpoint tensors of every row of a table (anything with export())."""
+    return table.export()._asdict()
+
+
+def restore_rows(table, restored_tensors):
+    """Replaces a table's rows (anything with clear() and import_rows()) by checkpointed ones."""
+    with tf.control_dependencies([table.clear()]):
+        return table.import_rows(TableRows(**{f: restored_tensors[f] for f in TableRows._fields}))
 
 
 def _as_keys(keys, method):

@@ -81,6 +81,15 @@ void InitializeRow(const TableConfig& config, const RowView& row) {
   if (row.optimizer_step != nullptr) *row.optimizer_step = 0;
 }
 
+// The row of key j of the batch, inserted with its initial value and fresh slots if absent.
+RowView AcquireRow(const TableConfig& config, const RowLayout& layout, Stripe& s,
+                   const StripeBatch& batch, int64_t j, size_t row_bytes) {
+  bool inserted;
+  const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes, &inserted));
+  if (inserted) InitializeRow(config, row);
+  return row;
+}
+
 }  // namespace
 
 Table::Table(const TableConfig& config) : config_(config), row_memory_(config.huge_pages) {
@@ -206,9 +215,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
       const int64_t i = batch.order[j];
-      bool inserted;
-      const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
-      if (inserted) InitializeRow(config_, row);
+      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
       std::memcpy(values + i * dim, row.value, dim * sizeof(float));
     }, [&](int64_t j) { PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float)); });
   });
@@ -236,9 +243,7 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
-      bool inserted;
-      const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
-      if (inserted) InitializeRow(config_, row);
+      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
       uint32_t opt_step = 1;
       if (row.optimizer_step != nullptr) {
         if (*row.optimizer_step != UINT32_MAX) ++*row.optimizer_step;
@@ -261,9 +266,7 @@ void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
-      bool inserted;
-      const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
-      if (inserted) InitializeRow(config_, row);
+      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
       std::memcpy(row.value, values + i * dim, dim * sizeof(float));
     });
   });

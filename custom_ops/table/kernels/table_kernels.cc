@@ -48,6 +48,13 @@ class TableOpKernel : public OpKernel {
     return absl::OkStatus();
   }
 
+  // Output `index`: one row of dim floats per key, shaped keys.shape + [dim].
+  absl::Status AllocateRows(OpKernelContext* ctx, int index, const Tensor& keys, Tensor** rows) const {
+    TensorShape shape = keys.shape();
+    shape.AddDim(dim_);
+    return ctx->allocate_output(index, shape, rows);
+  }
+
   absl::Status CheckRows(const Tensor& keys, const Tensor& rows, const char* rows_name) const {
     if (keys.dims() != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -123,10 +130,8 @@ class TableFindOp : public TableOpKernel {
     ::tensorflow::core::RefCountPtr<TableResource> table;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
     const Tensor& keys = ctx->input(1);
-    TensorShape values_shape = keys.shape();
-    values_shape.AddDim(dim_);
     Tensor *values = nullptr, *exists = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, values_shape, &values));
+    OP_REQUIRES_OK(ctx, AllocateRows(ctx, 0, keys, &values));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &exists));
     table->table().Find(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
                          reinterpret_cast<uint8_t*>(exists->flat<bool>().data()),
@@ -141,10 +146,8 @@ class TableFindOrInsertOp : public TableOpKernel {
     ::tensorflow::core::RefCountPtr<TableResource> table;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
     const Tensor& keys = ctx->input(1);
-    TensorShape values_shape = keys.shape();
-    values_shape.AddDim(dim_);
     Tensor* values = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, values_shape, &values));
+    OP_REQUIRES_OK(ctx, AllocateRows(ctx, 0, keys, &values));
     table->table().FindOrInsert(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
                                 DeviceParallelFor(ctx));
   }
