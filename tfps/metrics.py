@@ -202,10 +202,10 @@ def _batched_roc_auc(positives, negatives):
 class GroupAUC(keras.metrics.Metric):
     """Impression-weighted mean of per-group ROC AUCs (e.g. per user), over 64-bit group keys.
 
-    Each group's state is a row of a tfps.DynamicTable holding its positive and negative
-    weight per prediction bucket; rows are added to atomically by the table (SGD with
-    learning rate 1 and the negated counts as gradient), so concurrent workers never lose
-    an update. Groups with only one class are left out, as is usual for GAUC; with no such
+    Each group's state is a row of a dynamic table (sharded over the parameter servers
+    under ParameterServerStrategy) holding its positive and negative weight per prediction
+    bucket; rows are added to atomically by the table (SGD with learning rate 1 and the
+    negated counts as gradient), so concurrent workers never lose an update. Groups with only one class are left out, as is usual for GAUC; with no such
     group the result is 0.5. Memory: 8 * num_buckets bytes per group seen.
 
     Call `update_state(y_true, y_pred, sample_weight=None, groups=...)` with int64 groups
@@ -219,11 +219,12 @@ class GroupAUC(keras.metrics.Metric):
         super().__init__(name=name, dtype=dtype, **kwargs)
         if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 2:
             raise ValueError(f"tfps.metrics.GroupAUC: num_buckets must be an int >= 2, got {num_buckets!r}")
-        from tfps.table import DynamicTable  # the op library is needed only by this metric
+        from tfps.sharded_table import ShardedTable  # the op library is needed only here
         from tfps import initializers, optimizers
         self.num_buckets = num_buckets
-        self.histograms = DynamicTable(2 * num_buckets, optimizer=optimizers.SGD(1.0),
-                                       initializer=initializers.Zeros(), name=f"{name}_histograms")
+        with tf.init_scope():
+            self.histograms = ShardedTable(2 * num_buckets, optimizer=optimizers.SGD(1.0),
+                                           initializer=initializers.Zeros(), name=f"{name}_histograms")
 
     def update_state(self, y_true, y_pred, sample_weight=None, groups=None):
         if groups is None:
