@@ -5,7 +5,8 @@
 
 The same program runs locally (no TF_CONFIG) and as every task of a parameter-server
 cluster (TF_CONFIG, as tfps-launch or a Kubernetes TFJob sets it): ps and worker tasks
-serve, the chief trains. Missing data is generated. In a cluster the chief runs a tf.data
+serve, the chief trains, and an evaluator task (tfps-launch --evaluator, with a shared
+--checkpoint_dir) evaluates each checkpoint the chief writes. Missing data is generated. In a cluster the chief runs a tf.data
 service, so each line is read by exactly one worker per epoch. Logs loss, AUC and
 examples/s per epoch, saves checkpoints, and exports a SavedModel for serving.
 """
@@ -66,9 +67,11 @@ def main():
     parser.add_argument("--batch_size", type=int, default=1024)
     parser.add_argument("--steps_per_epoch", type=int, default=0, help="default: one pass over the data")
     parser.add_argument("--dim", type=int, default=16)
-    parser.add_argument("--learning_rate", type=float, default=0.1)
+    parser.add_argument("--learning_rate", type=float, default=0.3)
     parser.add_argument("--checkpoint_dir", default=None)
     parser.add_argument("--export_dir", default=None)
+    parser.add_argument("--evaluator_timeout", type=float, default=3600,
+                        help="an evaluator stops after this many seconds without a new checkpoint")
     args = parser.parse_args()
 
     strategy = tfps.distribute.strategy_from_tf_config()  # ps/worker tasks serve here
@@ -80,9 +83,13 @@ def main():
     rows = sum(1 for f in train_files for _ in open(f))
     steps = args.steps_per_epoch or max(1, rows // args.batch_size)
     model = build_model(strategy, args.dim, args.learning_rate)
+    config = tfps.distribute.tf_config()
+    if config and config["task"]["type"] == "evaluator":
+        return evaluate_checkpoints(model, args, eval_files)
     checkpoint_dir = args.checkpoint_dir or tempfile.mkdtemp(prefix="tfps-ckpt-")
     callbacks = [Throughput(steps * args.batch_size),
-                 keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "weights"), save_weights_only=True)]
+                 keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "weights-{epoch:02d}"),
+                                                 save_weights_only=True)]
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with (tfps.data.local_data_service() if clustered else _no_service()) as service:
         def train_data(_=None):
@@ -108,6 +115,18 @@ def main():
         print(f"exported {report['rows']} rows, {report['bytes']:,} bytes to {report['export_dir']}")
     if clustered:
         os._exit(0)  # the ps and worker tasks are stopped by the launcher
+
+
+def evaluate_checkpoints(model, args, eval_files):
+    """Sidecar evaluation: each new checkpoint of the chief, until the launcher stops us."""
+    if not args.checkpoint_dir:
+        raise SystemExit("train_ctr.py: an evaluator task needs --checkpoint_dir (shared with the chief)")
+    data = tfps.data.criteo_dataset(eval_files, args.batch_size)
+    steps = max(1, sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
+    for path in tf.train.checkpoints_iterator(args.checkpoint_dir, timeout=args.evaluator_timeout):
+        model.load_weights(path)
+        results = model.evaluate(data, steps=steps, return_dict=True, verbose=0)
+        print(f"evaluator: {path}: loss {results['loss']:.4f}  auc {results['auc']:.4f}", flush=True)
 
 
 class _no_service:
