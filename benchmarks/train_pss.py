@@ -1,7 +1,7 @@
 """DLRM-like training under ParameterServerStrategy: tfps DynamicEmbedding against stock
 tf_keras Hashing(2^20) + Embedding over a partitioned variable.
 
-    python benchmarks/train_pss.py [--steps 150]
+    python benchmarks/train_pss.py [--steps 500]
 
 Synthetic Criteo-shaped data (13 dense features, 26 categorical fields with power-law IDs
 over the 64-bit space, a label the IDs predict), in-process cluster of 2 workers and 2 PS,
@@ -90,7 +90,7 @@ def run_one(kind, steps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--model", choices=["tfps", "stock"])
     args = parser.parse_args()
     if args.model:
