@@ -34,6 +34,12 @@ def test_bazel_and_pip_builds_list_the_same_sources():
         "a C++ or CUDA source is in neither build, or listed but missing"
 
 
+def test_bazel_and_pip_builds_use_the_same_compile_flags():
+    with open(os.path.join(ROOT, "custom_ops", "build_defs.bzl")) as f:
+        block = re.search(r"TFPS_COPTS = \[(.*?)\]", f.read(), re.S).group(1)
+    assert re.findall(r'"([^"]+)"', block) == build_config.CXXFLAGS
+
+
 @pytest.mark.skipif(shutil.which("bazel") is None,
                     reason="bazel is not installed (scripts/test.sh installs Debian's bazel-bootstrap)")
 def test_bazel_builds_a_library_that_tensorflow_loads_and_runs():
