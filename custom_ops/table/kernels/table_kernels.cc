@@ -26,24 +26,29 @@ const uint64_t* KeyData(const Tensor& keys) {
   return reinterpret_cast<const uint64_t*>(keys.tensor_data().data());
 }
 
-// Base of every op that takes a table handle: resolves it and checks the dim attribute.
+// Base of every op that takes a table handle: resolves it, checks it against the op's
+// attributes, and hands it to ComputeWithTable.
 class TableOpKernel : public OpKernel {
  public:
   explicit TableOpKernel(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    if (HasAttr(ctx, "dim")) OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    if (ctx->def().attr().count("dim") > 0) OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  }
+
+  void Compute(OpKernelContext* ctx) final {
+    ::tensorflow::core::RefCountPtr<TableResource> resource;
+    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &resource));
+    OP_REQUIRES_OK(ctx, CheckTable(resource->table()));
+    ComputeWithTable(ctx, resource->table());
   }
 
  protected:
-  static bool HasAttr(OpKernelConstruction* ctx, const char* name) {
-    return ctx->def().attr().count(name) > 0;
-  }
+  virtual void ComputeWithTable(OpKernelContext* ctx, Table& table) = 0;
 
-  absl::Status GetTable(OpKernelContext* ctx, ::tensorflow::core::RefCountPtr<TableResource>* out) {
-    TF_RETURN_IF_ERROR(::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), out));
-    if (dim_ >= 0 && (*out)->table().dim() != dim_) {
+  virtual absl::Status CheckTable(const Table& table) const {
+    if (dim_ >= 0 && table.dim() != dim_) {
       return absl::InvalidArgumentError(absl::StrCat(
           type_string(), ": dim mismatch: the op was built for dim ", dim_,
-          " but the table has dim ", (*out)->table().dim()));
+          " but the table has dim ", table.dim()));
     }
     return absl::OkStatus();
   }
@@ -126,14 +131,12 @@ class TableCreateOp : public OpKernel {
 class TableFindOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     const Tensor& keys = ctx->input(1);
     Tensor *values = nullptr, *exists = nullptr;
     OP_REQUIRES_OK(ctx, AllocateRows(ctx, 0, keys, &values));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &exists));
-    table->table().Find(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
+    table.Find(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
                          reinterpret_cast<uint8_t*>(exists->flat<bool>().data()),
                          DeviceParallelFor(ctx));
   }
@@ -142,13 +145,11 @@ class TableFindOp : public TableOpKernel {
 class TableFindOrInsertOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     const Tensor& keys = ctx->input(1);
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, AllocateRows(ctx, 0, keys, &values));
-    table->table().FindOrInsert(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
+    table.FindOrInsert(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
                                 DeviceParallelFor(ctx));
   }
 };
@@ -156,15 +157,13 @@ class TableFindOrInsertOp : public TableOpKernel {
 class TableApplyGradientsOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     const Tensor& keys = ctx->input(1);
     const Tensor& grads = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckRows(keys, grads, "gradients"));
     int64_t step = 0;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, 3, "step", &step));
-    const bool applied = table->table().ApplyGradients(
+    const bool applied = table.ApplyGradients(
         KeyData(keys), keys.NumElements(), grads.flat<float>().data(), step, DeviceParallelFor(ctx));
     OP_REQUIRES(ctx, applied,
                 absl::InvalidArgumentError(
@@ -175,13 +174,11 @@ class TableApplyGradientsOp : public TableOpKernel {
 class TableInsertOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckRows(keys, values, "values"));
-    table->table().Insert(KeyData(keys), keys.NumElements(), values.flat<float>().data(),
+    table.Insert(KeyData(keys), keys.NumElements(), values.flat<float>().data(),
                           DeviceParallelFor(ctx));
   }
 };
@@ -189,9 +186,7 @@ class TableInsertOp : public TableOpKernel {
 class TableRemoveOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     const Tensor& keys = ctx->input(1);
     OP_REQUIRES(ctx, keys.dims() == 1,
                 absl::InvalidArgumentError(absl::StrCat(
@@ -199,29 +194,25 @@ class TableRemoveOp : public TableOpKernel {
     Tensor* removed = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &removed));
     removed->scalar<int64_t>()() =
-        table->table().Remove(KeyData(keys), keys.NumElements(), DeviceParallelFor(ctx));
+        table.Remove(KeyData(keys), keys.NumElements(), DeviceParallelFor(ctx));
   }
 };
 
 class TableSizeOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     Tensor* size = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &size));
-    size->scalar<int64_t>()() = table->table().Size();
+    size->scalar<int64_t>()() = table.Size();
   }
 };
 
 class TableClearOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    table->table().Clear();
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
+    table.Clear();
   }
 };
 
@@ -233,13 +224,12 @@ class TableTransferOpKernel : public TableOpKernel {
   }
 
  protected:
-  absl::Status GetTransferTable(OpKernelContext* ctx,
-                                ::tensorflow::core::RefCountPtr<TableResource>* table) {
-    TF_RETURN_IF_ERROR(GetTable(ctx, table));
-    if ((*table)->table().num_slots() != num_slots_) {
+  absl::Status CheckTable(const Table& table) const override {
+    TF_RETURN_IF_ERROR(TableOpKernel::CheckTable(table));
+    if (table.num_slots() != num_slots_) {
       return absl::InvalidArgumentError(absl::StrCat(
           type_string(), ": num_slots mismatch: the op was built for ", num_slots_,
-          " optimizer slots but the table's optimizer has ", (*table)->table().num_slots()));
+          " optimizer slots but the table's optimizer has ", table.num_slots()));
     }
     return absl::OkStatus();
   }
@@ -250,9 +240,7 @@ class TableTransferOpKernel : public TableOpKernel {
 class TableExportOp : public TableTransferOpKernel {
  public:
   using TableTransferOpKernel::TableTransferOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTransferTable(ctx, &table));
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     int64_t cursor = 0, max_rows = 0;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, "cursor", &cursor));
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, 2, "max_rows", &max_rows));
@@ -262,7 +250,7 @@ class TableExportOp : public TableTransferOpKernel {
     OP_REQUIRES(ctx, max_rows > 0,
                 absl::InvalidArgumentError(
                     absl::StrCat("Tfps>TableExport: max_rows must be > 0, got ", max_rows)));
-    const ExportChunk chunk = table->table().Export(cursor, max_rows);
+    const ExportChunk chunk = table.Export(cursor, max_rows);
     const int64_t n = static_cast<int64_t>(chunk.keys.size());
     Tensor *keys, *values, *slots, *metadata, *next;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &keys));
@@ -282,9 +270,7 @@ class TableExportOp : public TableTransferOpKernel {
 class TableImportOp : public TableTransferOpKernel {
  public:
   using TableTransferOpKernel::TableTransferOpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    ::tensorflow::core::RefCountPtr<TableResource> table;
-    OP_REQUIRES_OK(ctx, GetTransferTable(ctx, &table));
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
     const Tensor& slots = ctx->input(3);
@@ -301,7 +287,7 @@ class TableImportOp : public TableTransferOpKernel {
                 absl::InvalidArgumentError(absl::StrCat(
                     "Tfps>TableImport: metadata must have shape [num_keys, 3], got ",
                     metadata.shape().DebugString())));
-    table->table().Import(KeyData(keys), n, values.flat<float>().data(), slots.flat<float>().data(),
+    table.Import(KeyData(keys), n, values.flat<float>().data(), slots.flat<float>().data(),
                           metadata.flat<int64_t>().data(), DeviceParallelFor(ctx));
   }
 };
