@@ -66,7 +66,7 @@ def build_model(kind, strategy):
     return model
 
 
-def run_one(kind, steps):
+def run_one(kind, steps, seed=None):
     import tensorflow as tf
     import tf_keras as keras
     import tfps
@@ -74,7 +74,7 @@ def run_one(kind, steps):
                    if kind == "stock" else None)
     with tfps.distribute.local_cluster(num_workers=2, num_ps=2, variable_partitioner=partitioner) as strategy:
         model = build_model(kind, strategy)
-        data = keras.utils.experimental.DatasetCreator(lambda _: criteo_like())
+        data = keras.utils.experimental.DatasetCreator(lambda _: criteo_like(seed=seed))
         model.fit(data, epochs=1, steps_per_epoch=20, verbose=0)  # warm-up: tracing, first inserts
         start = time.perf_counter()
         history = model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
@@ -92,14 +92,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--model", choices=["tfps", "stock"])
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the training data, so both models see the same batches")
     args = parser.parse_args()
     if args.model:
-        return run_one(args.model, args.steps)
+        return run_one(args.model, args.steps, args.seed)
     common.emit({"machine": common.machine()})
     results = {}
     for kind in ("tfps", "stock"):
+        seed_args = [] if args.seed is None else ["--seed", str(args.seed)]
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--model", kind, "--steps",
-                              str(args.steps)], capture_output=True, text=True, timeout=3000)
+                              str(args.steps), *seed_args], capture_output=True, text=True, timeout=3000)
         if out.returncode != 0:
             sys.stderr.write(out.stderr[-3000:])
             raise SystemExit(f"{kind} run failed")
