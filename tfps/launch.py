@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 from tfps.distribute import free_ports
 
@@ -75,10 +74,9 @@ class Task:
             os.killpg(self.process.pid, signal.SIGTERM)
         except ProcessLookupError:
             return
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        while self.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.process.poll() is None:
+        try:
+            self.process.wait(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -136,7 +134,7 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
                 note(f"{task.name} exited with code {code}; restarting it "
                      f"(restart {task.restarts} of {max_worker_restarts})")
                 task.start()
-            time.sleep(0.2)
+            stopping.wait(0.2)  # wakes at once on Ctrl-C or SIGTERM
         if stopping.is_set():
             note("interrupted; stopping every task")
             chief.stop()

@@ -39,6 +39,16 @@ absl::Status KeyedRows(InferenceContext* c, int keys_index, int rows_index) {
   return c->Merge(c->Dim(rows, 1), c->MakeDim(DimAttr(c)), &unused);
 }
 
+// find / find_or_insert: values keys.shape + [dim] (and the exists mask, if the op has it).
+absl::Status LookupShape(InferenceContext* c) {
+  ShapeHandle values;
+  TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+  TF_RETURN_IF_ERROR(KeysByDim(c, c->input(1), &values));
+  c->set_output(0, values);
+  if (c->num_outputs() > 1) c->set_output(1, c->input(1));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 REGISTER_OP("Tfps>TableCreate")
@@ -69,14 +79,7 @@ REGISTER_OP("Tfps>TableFind")
     .Output("exists: bool")
     .Attr("Tkey: {int64, uint64}")
     .Attr("dim: int >= 1")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle values;
-      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
-      TF_RETURN_IF_ERROR(KeysByDim(c, c->input(1), &values));
-      c->set_output(0, values);
-      c->set_output(1, c->input(1));
-      return absl::OkStatus();
-    });
+    .SetShapeFn(LookupShape);
 
 REGISTER_OP("Tfps>TableFindOrInsert")
     .Input("table_handle: resource")
@@ -84,13 +87,7 @@ REGISTER_OP("Tfps>TableFindOrInsert")
     .Output("values: float")
     .Attr("Tkey: {int64, uint64}")
     .Attr("dim: int >= 1")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle values;
-      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
-      TF_RETURN_IF_ERROR(KeysByDim(c, c->input(1), &values));
-      c->set_output(0, values);
-      return absl::OkStatus();
-    });
+    .SetShapeFn(LookupShape);
 
 REGISTER_OP("Tfps>TableApplyGradients")
     .Input("table_handle: resource")
