@@ -1,6 +1,7 @@
 """tfps-launch runs a plain TF_CONFIG program as a local cluster and cleans up after it."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,7 +61,10 @@ def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
     os.kill(task_pids(pids)["worker_0"], signal.SIGKILL)
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
-    assert "chief done: total=60" in out
+    # The coordinator re-runs a closure whose worker died; if the kill landed after the
+    # closure's assign_add reached the PS, that step counts twice (at-least-once delivery).
+    total = int(re.search(r"chief done: total=(\d+)", out).group(1))
+    assert total in (60, 61), out[-2000:]
     restart = (logs / "launcher.log").read_text()
     assert "worker_0 exited with code -9; restarting it" in restart
 
