@@ -82,6 +82,19 @@ def test_sample_weight_and_soft_labels(run):
     assert got == pytest.approx(hard, abs=1e-7)
 
 
+def test_weighted_soft_labels_match_their_expansion_into_hard_examples(run):
+    rng = np.random.default_rng(6)
+    n = 40_000
+    soft = np.where(rng.random(n) < 0.5, rng.random(n), rng.integers(0, 2, n)).astype(np.float32)
+    scores = np.clip(rng.normal(0.4 + 0.2 * soft, 0.2), 0, 1).astype(np.float32)
+    weights = rng.exponential(size=n).astype(np.float32)
+    got = evaluate(tfps.metrics.AUC(), run, soft, scores, sample_weight=weights)
+    expanded_labels = np.concatenate([np.ones(n), np.zeros(n)])
+    expanded_weights = np.concatenate([weights * soft, weights * (1 - soft)])
+    want = exact_roc_auc(expanded_labels, np.concatenate([scores, scores]), expanded_weights)
+    assert abs(got - want) <= 1e-4
+
+
 @pytest.mark.parametrize("kind,tolerance", [("random", 1e-3), ("tied", 1e-7), ("skewed", 2e-3)])
 def test_pr_auc_matches_exact_average_precision(run, kind, tolerance):
     labels, scores = data(kind, 100_000)
@@ -117,8 +130,9 @@ def test_bad_labels_weights_and_arguments_are_rejected(run):
     with pytest.raises(tf.errors.InvalidArgumentError, match="sample_weight must be >= 0"):
         run(lambda t, p, w: metric.update_state(t, p, w), tf.constant([1.0]), tf.constant([0.5]),
             tf.constant([-1.0]))
-    with pytest.raises(ValueError, match="num_buckets must be an int >= 2"):
-        tfps.metrics.AUC(num_buckets=1)
+    for bad_buckets in (1, (1 << 24) + 1, 2.5):
+        with pytest.raises(ValueError, match=r"num_buckets must be an int in \[2, 2\*\*24\]"):
+            tfps.metrics.AUC(num_buckets=bad_buckets)
     with pytest.raises(ValueError, match="curve must be 'ROC' or 'PR'"):
         tfps.metrics.AUC(curve="lift")
 

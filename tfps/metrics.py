@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 _DEFAULT_BUCKETS = 1 << 16
+_MAX_BUCKETS = 1 << 24
 
 
 def _flatten_inputs(metric_name, y_true, y_pred, sample_weight):
@@ -44,6 +45,11 @@ def _flatten_inputs(metric_name, y_true, y_pred, sample_weight):
         return tf.identity(y_true), tf.identity(y_pred), tf.identity(weights)
 
 
+# Keras runs update_state through AutoGraph; these updates have no tensor-dependent Python
+# control flow, and converting them cost over a millisecond per eager call.
+_straight_line = tf.autograph.experimental.do_not_convert
+
+
 def _as_float_vector(x):
     """float32 rank 1, adding no op when x already is (updates run once per step)."""
     x = tf.convert_to_tensor(x)
@@ -62,24 +68,24 @@ def _sum_variable(metric, name, shape=()):
                              aggregation=tf.VariableAggregation.SUM)
 
 
-def histogram_auc(positives, negatives, curve="ROC"):
-    """AUC from per-bucket positive and negative weights, buckets in ascending score order.
+def _histogram_curve_area(parts, curve):
+    """AUC of a histogram held in `parts` (variables of ascending bucket ranges).
 
     ROC: the Mann-Whitney statistic, pairs in the same bucket counting one half; 0.5 when
     either class is absent. PR: average precision (the step-wise area under the
     precision-recall curve, one step per non-empty bucket); 0 when there are no positives.
+    Each part is summed by one op where it lives, from the highest buckets down.
     """
-    pos = tf.reverse(tf.cast(positives, tf.float64), [0])
-    neg = tf.reverse(tf.cast(negatives, tf.float64), [0])
-    total_pos, total_neg = tf.reduce_sum(pos), tf.reduce_sum(neg)
+    from tfps._ops import ops
+    total = positives = negatives = tf.constant(0.0, tf.float64)
+    for part in reversed(parts):
+        partial, positives, negatives = ops.tfps_histogram_curve_sum(
+            part.handle, positives, negatives, curve=curve)
+        total += partial
     if curve == "ROC":
-        pos_above = tf.cumsum(pos, exclusive=True)
-        wins = tf.reduce_sum(neg * (pos_above + 0.5 * pos))
-        return tf.where((total_pos > 0) & (total_neg > 0),
-                        wins / tf.maximum(total_pos * total_neg, 1e-300), tf.constant(0.5, tf.float64))
-    true_pos, false_pos = tf.cumsum(pos), tf.cumsum(neg)
-    precision = tf.math.divide_no_nan(true_pos, true_pos + false_pos)
-    return tf.math.divide_no_nan(tf.reduce_sum(pos * precision), total_pos)
+        return tf.where((positives > 0) & (negatives > 0),
+                        total / tf.maximum(positives * negatives, 1e-300), tf.constant(0.5, tf.float64))
+    return tf.math.divide_no_nan(total, positives)
 
 
 class AUC(keras.metrics.Metric):
@@ -88,7 +94,9 @@ class AUC(keras.metrics.Metric):
     State: positive and negative weight per prediction bucket (a float64 [num_buckets, 2]
     variable). An update is one op (Tfps>HistogramAucUpdate) costing O(batch): it checks
     every input, then adds each example to its bucket under the variable's lock; under
-    ParameterServerStrategy it runs on the parameter server that holds the state. With
+    ParameterServerStrategy it runs on the parameter server that holds the state, and so
+    does result()'s one pass over the histogram (Tfps>HistogramCurveSum), which sends
+    back three scalars instead of the whole histogram. With
     the default 65536 buckets the result is within 1e-4 of the exact AUC on well-spread
     predictions. One class only gives 0.5 (ROC) or 0 (PR); all predictions equal gives 0.5
     (ROC) and the positive rate (PR).
@@ -101,8 +109,10 @@ class AUC(keras.metrics.Metric):
 
     def __init__(self, num_buckets=_DEFAULT_BUCKETS, curve="ROC", name="auc", dtype=None, **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
-        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 2:
-            raise ValueError(f"tfps.metrics.AUC: num_buckets must be an int >= 2, got {num_buckets!r}")
+        if (isinstance(num_buckets, bool) or not isinstance(num_buckets, int)
+                or not 2 <= num_buckets <= _MAX_BUCKETS):
+            raise ValueError("tfps.metrics.AUC: num_buckets must be an int in [2, 2**24] (bucket "
+                             f"edges are float32), got {num_buckets!r}")
         curve = str(curve).upper()
         if curve not in ("ROC", "PR"):
             raise ValueError(f"tfps.metrics.AUC: curve must be 'ROC' or 'PR', got {curve!r}")
@@ -110,6 +120,7 @@ class AUC(keras.metrics.Metric):
         self.curve = curve
         self.histogram = _sum_variable(self, "histogram", [num_buckets, 2])
 
+    @_straight_line
     def update_state(self, y_true, y_pred, sample_weight=None):
         from tfps._ops import ops  # the op library is loaded only by metrics that use it
         y_pred, y_true = _as_float_vector(y_pred), _as_float_vector(y_true)
@@ -127,8 +138,7 @@ class AUC(keras.metrics.Metric):
         return tf.group(updates)
 
     def result(self):
-        histogram = tf.concat([tf.convert_to_tensor(part) for part in _parts(self.histogram)], 0)
-        return tf.cast(histogram_auc(histogram[:, 0], histogram[:, 1], self.curve), self.dtype)
+        return tf.cast(_histogram_curve_area(_parts(self.histogram), self.curve), self.dtype)
 
     def reset_state(self):
         self.histogram.assign(tf.zeros_like(self.histogram))
@@ -148,6 +158,7 @@ class BinaryLogLoss(keras.metrics.Metric):
         self.total_loss = _sum_variable(self, "total_loss")
         self.total_weight = _sum_variable(self, "total_weight")
 
+    @_straight_line
     def update_state(self, y_true, y_pred, sample_weight=None):
         y_true, y_pred, weights = _flatten_inputs(f"tfps.metrics.BinaryLogLoss({self.name})",
                                                   y_true, y_pred, sample_weight)
@@ -176,6 +187,7 @@ class CalibrationRatio(keras.metrics.Metric):
         self.predicted = _sum_variable(self, "predicted")
         self.observed = _sum_variable(self, "observed")
 
+    @_straight_line
     def update_state(self, y_true, y_pred, sample_weight=None):
         y_true, y_pred, weights = _flatten_inputs(f"tfps.metrics.CalibrationRatio({self.name})",
                                                   y_true, y_pred, sample_weight)
@@ -226,6 +238,7 @@ class GroupAUC(keras.metrics.Metric):
             self.histograms = ShardedTable(2 * num_buckets, optimizer=optimizers.SGD(1.0),
                                            initializer=initializers.Zeros(), name=f"{name}_histograms")
 
+    @_straight_line
     def update_state(self, y_true, y_pred, sample_weight=None, groups=None):
         if groups is None:
             raise ValueError("tfps.metrics.GroupAUC.update_state needs groups= (one int64 key "

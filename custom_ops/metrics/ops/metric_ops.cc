@@ -1,4 +1,4 @@
-// Op registration for the histogram AUC update.
+// Op registrations for the histogram AUC: the update and the curve sum behind result().
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
@@ -31,6 +31,31 @@ negative or not finite.
 A histogram split over several variables (a partitioned variable) is updated with one op
 per part: the part holds buckets [first_bucket, first_bucket + rows) of num_buckets, and
 examples in other buckets are left to the other parts.
+)doc");
+
+REGISTER_OP("Tfps>HistogramCurveSum")
+    .Input("histogram: resource")
+    .Input("positives_above: double")
+    .Input("negatives_above: double")
+    .Output("partial_sum: double")
+    .Output("positives_through: double")
+    .Output("negatives_through: double")
+    .Attr("curve: {'ROC', 'PR'}")
+    .SetIsStateful()  // reads a variable
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      for (int i = 0; i <= 2; ++i) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+      for (int i = 0; i <= 2; ++i) c->set_output(i, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+One part's share of the area under a histogram's curve, walking buckets from the highest
+prediction down, given the positive and negative weight in all higher buckets (in parts
+of a partitioned histogram that hold higher buckets). ROC: sum over buckets of
+negatives * (positives above + positives / 2), to be divided by P * N. PR: sum over
+buckets of positives * precision at that bucket's threshold, to be divided by P. Also
+returns the weights above plus this part's, for the next lower part. Runs where the
+variable lives, so only three scalars leave a parameter server.
 )doc");
 
 }  // namespace tfps

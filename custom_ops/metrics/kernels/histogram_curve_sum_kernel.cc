@@ -1,0 +1,67 @@
+// CPU kernel of Tfps>HistogramCurveSum: one pass over an AUC histogram (or one part of a
+// partitioned one) under the variable's shared lock.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/op_requires.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+
+namespace tfps {
+namespace {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+
+class HistogramCurveSumOp : public OpKernel {
+ public:
+  explicit HistogramCurveSumOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string curve;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("curve", &curve));
+    roc_ = curve == "ROC";
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<::tensorflow::Var> var;
+    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &var));
+    ::tensorflow::tf_shared_lock lock(*var->mu());
+    const Tensor& histogram = *var->tensor();
+    OP_REQUIRES(ctx, var->is_initialized && histogram.dtype() == ::tensorflow::DT_DOUBLE &&
+                         histogram.dims() == 2 && histogram.dim_size(1) == 2,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>HistogramCurveSum: the histogram must be an initialized float64 "
+                    "variable of shape [num_buckets, 2], got ", histogram.DebugString())));
+    const double* counts = histogram.flat<double>().data();
+    double positives = ctx->input(1).scalar<double>()();
+    double negatives = ctx->input(2).scalar<double>()();
+    double sum = 0.0;
+    for (int64_t b = histogram.dim_size(0) - 1; b >= 0; --b) {
+      const double pos = counts[2 * b], neg = counts[2 * b + 1];
+      if (roc_) {
+        sum += neg * (positives + 0.5 * pos);
+        positives += pos;
+        negatives += neg;
+      } else {
+        positives += pos;
+        negatives += neg;
+        // A bucket without positives adds nothing (and 0/0 is not evaluated).
+        if (pos > 0.0) sum += pos * (positives / (positives + negatives));
+      }
+    }
+    ctx->set_output(0, Tensor(sum));
+    ctx->set_output(1, Tensor(positives));
+    ctx->set_output(2, Tensor(negatives));
+  }
+
+ private:
+  bool roc_ = true;
+};
+
+REGISTER_KERNEL_BUILDER(Name("Tfps>HistogramCurveSum").Device(::tensorflow::DEVICE_CPU),
+                        HistogramCurveSumOp);
+
+}  // namespace
+}  // namespace tfps
