@@ -55,12 +55,14 @@ def main():
                 lambda i: (tf.cast(i, tf.float32) + 0.5) / NUM_IDS)(ids)
             model = keras.Model(ids, prediction)
             counts = RecordCounts()
-            model.compile(loss="binary_crossentropy", metrics=[tfps.metrics.AUC(name="auc"), counts])
+            auc = tfps.metrics.AUC(name="auc")
+            model.compile(loss="binary_crossentropy",
+                          metrics=[auc, tfps.metrics.AUC(curve="PR", name="pr_auc"), counts])
         results = model.evaluate(keras.utils.experimental.DatasetCreator(dataset_fn), steps=STEPS,
                                  return_dict=True, verbose=0)
         record_counts = tf.concat([tf.convert_to_tensor(v) for v in
                                    getattr(counts.counts, "variables", [counts.counts])], 0).numpy().tolist()
-        auc_parts = len(getattr(model.metrics[-2].histogram, "variables", [None]))
+        auc_parts = len(getattr(auc.histogram, "variables", [None]))
     json.dump({"results": results, "record_counts": record_counts, "steps": STEPS, "batch": BATCH,
                "auc_histogram_parts": auc_parts},
               sys.stdout)
