@@ -177,6 +177,14 @@ struct Stripe {
     }
   }
 
+  // Grows the index once to hold `expected_size` keys, instead of doubling step by step
+  // while they arrive.
+  void Reserve(size_t expected_size, size_t row_bytes) {
+    size_t new_capacity = capacity;
+    while ((expected_size + tombstones + 1) * 8 > new_capacity * 7) new_capacity *= 2;
+    if (new_capacity != capacity) Rehash(new_capacity, row_bytes);
+  }
+
   uint64_t AllocateRow(size_t row_bytes) {
     uint64_t r;
     if (!free_rows.empty()) {

@@ -14,6 +14,22 @@
 namespace tfps {
 namespace {
 
+// Touches every page of a large output buffer, each thread a contiguous piece, before rows
+// are written to it in key order. A freshly allocated output is unmapped memory; written in
+// key order, every thread would fault pages all over it and they would contend for them.
+void PrefaultOutput(float* values, int64_t count, const ParallelFor& parallel_for) {
+  constexpr int64_t kPage = 4096, kPiece = int64_t{1} << 22, kWorthIt = int64_t{1} << 23;
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+  if (bytes < kWorthIt) return;  // small outputs come from reused heap memory
+  char* base = reinterpret_cast<char*>(values);
+  parallel_for((bytes + kPiece - 1) / kPiece, kPiece / 8, [&](int64_t p0, int64_t p1) {
+    for (int64_t offset = p0 * kPiece, end = std::min(bytes, p1 * kPiece); offset < end;
+         offset += kPage) {
+      base[offset] = 0;  // every byte is overwritten with a row later
+    }
+  });
+}
+
 // Visits a stripe's keys in order while the index groups and rows of keys further ahead
 // are being fetched, so a lookup waits on memory once per many keys instead of three
 // times per key. body(j) handles key j of the batch; prefetch(j) may fetch its own data.
@@ -187,6 +203,7 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
+  PrefaultOutput(values, n * dim, parallel_for);
   ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::shared_lock<std::shared_mutex> lock(s.mu);
@@ -210,9 +227,12 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
+  PrefaultOutput(values, n * dim, parallel_for);
   ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
+    // A batch that could double the stripe (a new or young table) sizes its index at once.
+    if (static_cast<size_t>(batch.count) > s.size) s.Reserve(s.size + batch.count, row_bytes_);
     PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
       const int64_t i = batch.order[j];
       const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
