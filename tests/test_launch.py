@@ -2,6 +2,7 @@
 
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -9,37 +10,60 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAM = os.path.join(ROOT, "tests", "cluster_programs", "tf_config_program.py")
+TASKS = {"chief_0", "worker_0", "worker_1", "ps_0"}
 
 
-def launch(tmp_path, *program_args, extra=()):
+class TaskPids:
+    """Reads the "<task> <pid>" lines every task writes to a FIFO when it starts."""
+
+    def __init__(self, path):
+        os.mkfifo(path)
+        self._read_end = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        # Held open so the FIFO never reports end-of-file between one task's write and the next.
+        self._write_end = os.open(path, os.O_WRONLY)
+        self._pending = b""
+        self.pids = {}
+
+    def wait_for(self, condition, seconds, what):
+        deadline = time.monotonic() + seconds
+        while not condition(self.pids):
+            left = deadline - time.monotonic()
+            assert left > 0, f"timed out waiting for {what}; started so far: {self.pids}"
+            if select.select([self._read_end], [], [], left)[0]:
+                self._pending += os.read(self._read_end, 4096)
+                *lines, self._pending = self._pending.split(b"\n")
+                for line in lines:
+                    name, pid = line.decode().split()
+                    self.pids[name] = int(pid)
+
+    def close(self):
+        os.close(self._read_end)
+        os.close(self._write_end)
+
+
+def launch(tmp_path, *program_args):
     logs = tmp_path / "logs"
-    pids = tmp_path / "pids"
-    pids.mkdir(exist_ok=True)
+    pids = TaskPids(str(tmp_path / "pids.fifo"))
     cmd = [sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "2", "--log_dir",
-           str(logs), *extra, PROGRAM, "--pid_dir", str(pids), *program_args]
+           str(logs), PROGRAM, "--pid_pipe", str(tmp_path / "pids.fifo"), *program_args]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=ROOT), logs, pids
 
 
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
-
-
-def task_pids(pids):
-    return {p.stem: int(p.read_text()) for p in pids.glob("*.pid") if p.read_text()}
-
-
-def wait_for(condition, seconds, what):
+def wait_until_all_exit(pids, seconds):
+    """Waits on each process's pidfd, which becomes readable when the process exits."""
     deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+    for name, pid in pids.items():
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # already gone
+        try:
+            left = max(0.0, deadline - time.monotonic())
+            assert select.select([pidfd], [], [], left)[0], f"{name} (pid {pid}) still runs"
+        finally:
+            os.close(pidfd)
 
 
 def test_runs_a_tf_config_program_to_completion_and_propagates_its_exit_code(tmp_path):
@@ -47,18 +71,19 @@ def test_runs_a_tf_config_program_to_completion_and_propagates_its_exit_code(tmp
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 3, err[-3000:]
     assert "chief done: total=10" in out  # the chief's output is streamed
-    for name in ("chief_0", "worker_0", "worker_1", "ps_0"):
+    for name in TASKS:
         assert (logs / f"{name}.log").exists()
     assert "chief done" in (logs / "chief_0.log").read_text()
-    started = task_pids(pids)
-    assert set(started) == {"chief_0", "worker_0", "worker_1", "ps_0"}
-    wait_for(lambda: not any(alive(p) for p in started.values()), 30, "every task to end")
+    pids.wait_for(lambda started: set(started) == TASKS, 10, "every task's pid")
+    wait_until_all_exit(pids.pids, 30)
+    pids.close()
 
 
 def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
-    proc, logs, pids = launch(tmp_path, "--steps", "60", "--step_seconds", "0.25")
-    wait_for(lambda: len(task_pids(pids)) == 4, 120, "the cluster to start")
-    os.kill(task_pids(pids)["worker_0"], signal.SIGKILL)
+    proc, logs, pids = launch(tmp_path, "--steps", "60", "--hold_at", "30")
+    pids.wait_for(lambda started: set(started) == TASKS, 120, "the cluster to start")
+    os.kill(pids.pids["worker_0"], signal.SIGKILL)
+    os.kill(pids.pids["chief_0"], signal.SIGUSR1)  # the chief goes on with steps 30..59
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     # The coordinator re-runs a closure whose worker died; if the kill landed after the
@@ -67,13 +92,14 @@ def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
     assert total in (60, 61), out[-2000:]
     restart = (logs / "launcher.log").read_text()
     assert "worker_0 exited with code -9; restarting it" in restart
+    pids.close()
 
 
 def test_sigterm_stops_every_task(tmp_path):
-    proc, logs, pids = launch(tmp_path, "--steps", "1000", "--step_seconds", "0.2")
-    wait_for(lambda: len(task_pids(pids)) == 4, 120, "the cluster to start")
+    proc, logs, pids = launch(tmp_path, "--steps", "1000", "--hold_at", "10")
+    pids.wait_for(lambda started: set(started) == TASKS, 120, "the cluster to start")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
     assert proc.returncode == 130
-    started = task_pids(pids)
-    wait_for(lambda: not any(alive(p) for p in started.values()), 30, "every task to end")
+    wait_until_all_exit(pids.pids, 30)
+    pids.close()

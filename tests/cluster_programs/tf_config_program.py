@@ -1,29 +1,35 @@
 """A plain TF_CONFIG parameter-server program that knows nothing of tfps, for the launcher
 tests: ps and worker tasks serve; the chief runs `--steps` coordinator steps that add to a
-PS variable, prints the total and exits with `--exit_code`. Each task writes its pid to
-PID_DIR/<type>_<index>.pid."""
+PS variable, prints the total and exits with `--exit_code`. Each task writes a line
+"<type>_<index> <pid>" to the FIFO `--pid_pipe`. With `--hold_at N` the chief stops after
+N steps until it receives SIGUSR1, so a test can act on a running cluster at a known point."""
 
 import argparse
 import json
 import os
+import signal
 import sys
-import time
 
-import tensorflow as tf
+# Blocked before TensorFlow starts any thread (threads inherit the mask), so a SIGUSR1
+# sent before the chief holds stays pending instead of killing the process.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
+import tensorflow as tf  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--step_seconds", type=float, default=0.0)
+    parser.add_argument("--hold_at", type=int, default=-1)
+    parser.add_argument("--hold_seconds", type=float, default=300.0)
     parser.add_argument("--exit_code", type=int, default=0)
-    parser.add_argument("--pid_dir")
+    parser.add_argument("--pid_pipe")
     args = parser.parse_args()
     config = json.loads(os.environ["TF_CONFIG"])
     task = config["task"]
-    if args.pid_dir:
-        with open(os.path.join(args.pid_dir, f"{task['type']}_{task['index']}.pid"), "w") as f:
-            f.write(str(os.getpid()))
+    if args.pid_pipe:
+        with open(args.pid_pipe, "w") as pipe:  # one short write: atomic on a FIFO
+            pipe.write(f"{task['type']}_{task['index']} {os.getpid()}\n")
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if task["type"] in ("ps", "worker"):
         server_config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=8)
@@ -40,10 +46,10 @@ def main():
         total.assign_add(1.0)
         return total.read_value()
 
-    for _ in range(args.steps):
+    for i in range(args.steps):
+        if i == args.hold_at and signal.sigtimedwait({signal.SIGUSR1}, args.hold_seconds) is None:
+            sys.exit(f"chief: no SIGUSR1 within {args.hold_seconds} s of holding")
         coordinator.schedule(step)
-        if args.step_seconds:
-            time.sleep(args.step_seconds)  # stretches the run so a test can kill a worker
     coordinator.join()
     print(f"chief done: total={total.numpy():.0f}", flush=True)
     sys.stdout.flush()
