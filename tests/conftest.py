@@ -25,3 +25,4 @@ def run(request):
 
 def _no_operations(out):
     return None if isinstance(out, tf.Operation) else out
+

@@ -12,6 +12,7 @@ import pytest
 
 import build_config
 from tests import reference
+from tests.required_tools import skip_without_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,8 +41,7 @@ def test_bazel_and_pip_builds_use_the_same_compile_flags():
     assert re.findall(r'"([^"]+)"', block) == build_config.CXXFLAGS
 
 
-@pytest.mark.skipif(shutil.which("bazel") is None,
-                    reason="bazel is not installed (scripts/test.sh installs Debian's bazel-bootstrap)")
+@skip_without_tool("bazel", "scripts/test.sh installs Debian's bazel-bootstrap")
 def test_bazel_builds_a_library_that_tensorflow_loads_and_runs():
     env = dict(os.environ, PYTHON_BIN_PATH=sys.executable)
     targets = [["build", "//:tfps_ops"], ["test", "//:core_tests"]]

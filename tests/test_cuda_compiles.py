@@ -2,15 +2,14 @@
 machine's nvcc so they never rot; running them needs a GPU (custom_ops/core/gpu/run_on_gpu.sh)."""
 
 import os
-import shutil
 import subprocess
 
-import pytest
+from tests.required_tools import skip_without_tool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+@skip_without_tool("nvcc", "the CUDA sources are compiled where a CUDA toolkit is present")
 def test_cuda_table_harness_and_benchmark_compile_and_link(tmp_path):
     build = subprocess.run(["bash", os.path.join(ROOT, "custom_ops", "core", "gpu", "build.sh")],
                            capture_output=True, text=True, timeout=900,
