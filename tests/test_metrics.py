@@ -196,3 +196,14 @@ def test_auc_works_in_keras_compile_fit_evaluate():
     model.fit(x, y, epochs=2, batch_size=256, verbose=0)
     results = model.evaluate(x, y, batch_size=512, verbose=0, return_dict=True)
     assert results["auc"] == pytest.approx(exact_roc_auc(y, model.predict(x, verbose=0)[:, 0]), abs=1e-4)
+
+
+def test_histogram_ops_reject_a_variable_that_is_not_a_float64_pair_histogram():
+    from tfps._ops import ops
+    zero = tf.constant(0.0, tf.float64)
+    for bad in (tf.Variable(tf.zeros([8, 2], tf.float32)), tf.Variable(tf.zeros([8, 3], tf.float64))):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"m: the histogram must be .*\[num_buckets, 2\]"):
+            ops.tfps_histogram_auc_update(bad.handle, [1.0], [0.5], tf.zeros([0]), tf.constant(0, tf.int64),
+                                          num_buckets=8, metric_name="m")
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Tfps>HistogramCurveSum: the histogram"):
+            ops.tfps_histogram_curve_sum(bad.handle, zero, zero, curve="ROC")

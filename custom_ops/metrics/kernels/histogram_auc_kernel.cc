@@ -5,13 +5,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/op_requires.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/resource_var.h"
+#include "custom_ops/metrics/kernels/histogram_variable.h"
 
 namespace tfps {
 namespace {
@@ -105,22 +103,18 @@ class HistogramAucUpdateOp : public OpKernel {
     const float* w = unweighted ? nullptr : weights.flat<float>().data();
     // Pass one computes every bucket and checks every input without a branch, so it
     // vectorizes; only a failing batch pays for finding the culprit, and it changes nothing.
-    thread_local std::vector<int32_t> slots;
-    slots.resize(n);
+    Tensor slots;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_INT32, {n}, &slots));
     bool hard_labels = false;
-    if (!SlotAndCheck(y, p, w, n, num_buckets_, slots.data(), &hard_labels)) {
+    if (!SlotAndCheck(y, p, w, n, num_buckets_, slots.flat<int32_t>().data(), &hard_labels)) {
       ctx->CtxFailure(FirstInvalidInput(y, p, w, n));
       return;
     }
     ::tensorflow::core::RefCountPtr<::tensorflow::Var> var;
-    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &var));
+    OP_REQUIRES_OK(ctx, LookupHistogram(ctx, &var));
     ::tensorflow::mutex_lock lock(*var->mu());
+    OP_REQUIRES_OK(ctx, CheckHistogram(*var, metric_name_));
     Tensor* histogram = var->tensor();
-    OP_REQUIRES(ctx, var->is_initialized && histogram->dtype() == ::tensorflow::DT_DOUBLE &&
-                         histogram->dims() == 2 && histogram->dim_size(1) == 2,
-                absl::InvalidArgumentError(absl::StrCat(
-                    metric_name_, ": the histogram must be an initialized float64 variable of "
-                    "shape [num_buckets, 2], got ", histogram->DebugString())));
     if (!histogram->RefCountIsOne()) {
       // Someone holds the old buffer (a read in flight): update a private copy.
       Tensor copy;
@@ -137,7 +131,7 @@ class HistogramAucUpdateOp : public OpKernel {
                     metric_name_, ": histogram rows [", first, ", ", first + rows,
                     ") do not fit in ", num_buckets_, " buckets")));
     double* counts = histogram->flat<double>().data();
-    const int32_t* slot = slots.data();
+    const int32_t* slot = slots.flat<int32_t>().data();
     if (hard_labels) {
       if (unweighted) AddToHistogram<true, false>(y, w, slot, n, 2 * first, 2 * rows, counts);
       else AddToHistogram<true, true>(y, w, slot, n, 2 * first, 2 * rows, counts);

@@ -2,11 +2,9 @@
 // partitioned one) under the variable's shared lock.
 #include <string>
 
-#include "absl/strings/str_cat.h"
+#include "custom_ops/metrics/kernels/histogram_variable.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/op_requires.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/resource_var.h"
 
 namespace tfps {
 namespace {
@@ -26,14 +24,10 @@ class HistogramCurveSumOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<::tensorflow::Var> var;
-    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &var));
+    OP_REQUIRES_OK(ctx, LookupHistogram(ctx, &var));
     ::tensorflow::tf_shared_lock lock(*var->mu());
+    OP_REQUIRES_OK(ctx, CheckHistogram(*var, "Tfps>HistogramCurveSum"));
     const Tensor& histogram = *var->tensor();
-    OP_REQUIRES(ctx, var->is_initialized && histogram.dtype() == ::tensorflow::DT_DOUBLE &&
-                         histogram.dims() == 2 && histogram.dim_size(1) == 2,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Tfps>HistogramCurveSum: the histogram must be an initialized float64 "
-                    "variable of shape [num_buckets, 2], got ", histogram.DebugString())));
     const double* counts = histogram.flat<double>().data();
     double positives = ctx->input(1).scalar<double>()();
     double negatives = ctx->input(2).scalar<double>()();
