@@ -18,6 +18,7 @@ import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import common  # noqa: E402
 
 BATCH, FIELDS, DENSE, DIM, HASH_BINS = 1024, 26, 13, 16, 1 << 20
@@ -47,6 +48,7 @@ def build_model(kind, strategy):
     import tensorflow as tf
     import tf_keras as keras
     import tfps
+    from train_ctr import dlrm_towers
     with strategy.scope():
         dense_in = keras.Input((DENSE,), name="dense_features")
         ids_in = keras.Input((FIELDS,), dtype=tf.int64, name="categorical_ids")
@@ -56,11 +58,7 @@ def build_model(kind, strategy):
         else:
             hashed = keras.layers.Hashing(HASH_BINS)(ids_in)
             emb = keras.layers.Embedding(HASH_BINS, DIM)(hashed)
-        bottom = keras.layers.Dense(DIM, activation="relu")(keras.layers.Dense(64, activation="relu")(dense_in))
-        x = keras.layers.Concatenate()([bottom, keras.layers.Flatten()(emb)])
-        for width in (256, 128):
-            x = keras.layers.Dense(width, activation="relu")(x)
-        model = keras.Model([dense_in, ids_in], keras.layers.Dense(1, activation="sigmoid")(x))
+        model = keras.Model([dense_in, ids_in], dlrm_towers(dense_in, emb, DIM))  # the example's model
         model.compile(optimizer=keras.optimizers.legacy.Adagrad(LEARNING_RATE), loss="binary_crossentropy",
                       metrics=[tfps.metrics.AUC(name="auc")], steps_per_execution=10)
     return model

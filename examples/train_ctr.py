@@ -26,6 +26,16 @@ import tf_keras as keras  # noqa: E402
 import tfps  # noqa: E402
 
 
+def dlrm_towers(dense, embedded, dim):
+    """Click probability from dense features [B, 13] and field embeddings [B, 26, dim]: a
+    bottom MLP on the dense features, concatenated with the embeddings, then a top MLP."""
+    bottom = keras.layers.Dense(dim, activation="relu")(keras.layers.Dense(64, activation="relu")(dense))
+    x = keras.layers.Concatenate()([bottom, keras.layers.Flatten()(embedded)])
+    for width in (256, 128):
+        x = keras.layers.Dense(width, activation="relu")(x)
+    return keras.layers.Dense(1, activation="sigmoid")(x)
+
+
 def build_model(strategy, dim, learning_rate):
     with strategy.scope():
         dense = keras.Input((tfps.data.NUM_DENSE,), name="dense_features")
@@ -33,11 +43,7 @@ def build_model(strategy, dim, learning_rate):
         # The reader already put each field in its own namespace; one table serves all 26.
         embedded = tfps.keras_layers.DynamicEmbedding(
             dim, optimizer=tfps.optimizers.Adagrad(learning_rate), name="fields")(categorical)
-        bottom = keras.layers.Dense(dim, activation="relu")(keras.layers.Dense(64, activation="relu")(dense))
-        x = keras.layers.Concatenate()([bottom, keras.layers.Flatten()(embedded)])
-        for width in (256, 128):
-            x = keras.layers.Dense(width, activation="relu")(x)
-        model = keras.Model([dense, categorical], keras.layers.Dense(1, activation="sigmoid")(x))
+        model = keras.Model([dense, categorical], dlrm_towers(dense, embedded, dim))
         model.compile(optimizer=keras.optimizers.legacy.Adagrad(learning_rate), loss="binary_crossentropy",
                       metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss(name="log_loss")],
                       steps_per_execution=10)
