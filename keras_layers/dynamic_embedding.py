@@ -72,7 +72,8 @@ class DynamicEmbedding(keras.layers.Layer):
         # table and stock ops only.
         self._serving_table = None
 
-    def build(self, input_shape):        # The lookup's gradient function reaches the tape through this variable; its
+    def build(self, input_shape):
+        # The lookup's gradient function reaches the tape through this variable; its
         # gradient is always zero, and computing it is what sends the sparse update.
         self.apply_trigger = self.add_weight("apply_trigger", shape=(), initializer="zeros",
                                              trainable=True)

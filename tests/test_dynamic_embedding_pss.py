@@ -51,3 +51,12 @@ def test_backup_and_restore_resumes_with_the_backed_up_tables(tmp_path):
     out = run_cluster_program("pss_checkpoint.py", "backup", str(tmp_path))
     assert out["num_keys"] > 0 and min(out["shard_sizes"]) > 0
     assert out["keys_equal"] and out["values_equal"] and out["slots_equal"] and out["metadata_equal"]
+
+
+def test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows():
+    out = run_cluster_program("pss_matches_stock_embedding.py")
+    assert out["table_shards"] == 2
+    initial, ours, stock = (np.array(out[k]) for k in ("initial", "tfps_rows", "stock_rows"))
+    assert np.abs(ours - initial).max() > 1e-3  # the rows really trained
+    np.testing.assert_allclose(ours, stock, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(out["tfps_kernel"], out["stock_kernel"], rtol=0, atol=1e-6)

@@ -1,0 +1,73 @@
+"""Run by tests/test_dynamic_embedding_pss.py: one worker, two PS. Trains a DynamicEmbedding
+model (table sharded over both PS) and the same model on a stock Keras Embedding whose rows
+start from the table's initial values, on the same batches with Adagrad, through
+model.fit with steps_per_execution; prints both models' embedding rows and output kernels.
+With one worker the steps run in order, so the two must agree exactly."""
+
+import json
+import os
+import sys
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+import tfps  # noqa: E402
+
+BATCH, FIELDS, DIM, VOCAB, STEPS = 64, 3, 4, 20, 30
+
+
+def batches(_):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, VOCAB, size=(STEPS, BATCH, FIELDS)).astype(np.int64)
+    dense = rng.random((STEPS, BATCH, 2)).astype(np.float32)
+    labels = (rng.random((STEPS, BATCH)) < 0.4).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices(((dense, ids), labels)).repeat()
+
+
+def build(embedding_kind, strategy):
+    with strategy.scope():
+        dense_in = keras.Input((2,))
+        ids_in = keras.Input((FIELDS,), dtype=tf.int64)
+        if embedding_kind == "tfps":
+            layer = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=tfps.optimizers.Adagrad(0.2))
+            embedded = layer(ids_in, namespace="columns")
+        else:
+            layer = keras.layers.Embedding(FIELDS * VOCAB, DIM)
+            embedded = layer(ids_in + tf.range(FIELDS, dtype=tf.int64) * VOCAB)
+        x = keras.layers.Concatenate()([keras.layers.Flatten()(embedded), dense_in])
+        output = keras.layers.Dense(1, activation="sigmoid", kernel_initializer="ones")(x)
+        model = keras.Model([dense_in, ids_in], output)
+        model.compile(optimizer=keras.optimizers.legacy.Adagrad(0.2), loss="binary_crossentropy",
+                      steps_per_execution=5)
+    return model, layer
+
+
+def main():
+    with tfps.distribute.local_cluster(num_workers=1, num_ps=2) as strategy:
+        ours, table_layer = build("tfps", strategy)
+        stock, embedding_layer = build("stock", strategy)
+        # Row f * VOCAB + i of the stock table is ID i of field f, key namespaced by f + 1.
+        field = np.repeat(np.arange(FIELDS), VOCAB)
+        ids = np.tile(np.arange(VOCAB), FIELDS)
+        keys = tfps.keys.ids_to_keys(tf.constant(ids, tf.int64), tf.constant(field + 1, tf.int64))
+        initial = table_layer.table.find(keys)
+        embedding_layer.embeddings.assign(initial)
+        for model in (ours, stock):
+            model.fit(keras.utils.experimental.DatasetCreator(batches), epochs=1, steps_per_epoch=STEPS,
+                      verbose=0)
+        json.dump({"initial": initial.numpy().tolist(),
+                   "tfps_rows": table_layer.table.find(keys).numpy().tolist(),
+                   "stock_rows": embedding_layer.embeddings.numpy().tolist(),
+                   "tfps_kernel": ours.layers[-1].kernel.numpy().tolist(),
+                   "stock_kernel": stock.layers[-1].kernel.numpy().tolist(),
+                   "table_shards": table_layer.table.num_shards},
+                  sys.stdout)
+    sys.stdout.flush()
+    os._exit(0)  # in-process servers cannot be stopped; end the process without waiting
+
+
+if __name__ == "__main__":
+    main()
