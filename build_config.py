@@ -5,6 +5,7 @@ checks that both builds list the same sources.
 """
 
 CORE_SOURCES = [
+    "custom_ops/core/block_cache.cc",
     "custom_ops/core/memory.cc",
     "custom_ops/core/table.cc",
 ]
@@ -13,6 +14,7 @@ OP_SOURCES = [
     "custom_ops/table/ops/table_ops.cc",
     "custom_ops/table/kernels/table_resource.cc",
     "custom_ops/table/kernels/table_kernels.cc",
+    "custom_ops/table/kernels/row_output.cc",
     "custom_ops/table/kernels/build_info.cc",
     "custom_ops/metrics/ops/metric_ops.cc",
     "custom_ops/metrics/kernels/histogram_auc_kernel.cc",

@@ -167,7 +167,10 @@ def run_growth(impl_name, total=4 << 20, batch=256 << 10, dim=64):
 
 
 def run_memory(impl_name, total=4 << 20, dim=64):
-    """RSS growth per key at `total` keys; tfps also reports bytes beyond value + slots."""
+    """RSS growth per key at `total` keys; tfps also reports bytes beyond value + slots.
+
+    Runs with tfps's output cache off (TFPS_OUTPUT_CACHE_MB=0), so the figure is the
+    table's own memory: the cache would add one freed 64 MB output, a fixed amount."""
     import gc
     import tensorflow as tf
     keys = common.uniform_keys(total, seed=7)
@@ -183,7 +186,8 @@ def run_memory(impl_name, total=4 << 20, dim=64):
     size = int(impl.table.size())
     grown = common.rss_bytes()
     record = {"op": "memory", "impl": impl_name, "dim": dim, "keys": size,
-              "bytes_per_key": round((grown - before) / size, 1)}
+              "bytes_per_key": round((grown - before) / size, 1),
+              "output_cache_mb": os.environ.get("TFPS_OUTPUT_CACHE_MB")}
     if impl_name == "tfps":
         payload = dim * 4 * 2  # value + Adagrad accumulator
         record["bytes_beyond_value_and_slots"] = round((grown - before) / size - payload, 1)
@@ -193,9 +197,9 @@ def run_memory(impl_name, total=4 << 20, dim=64):
     common.emit(record)
 
 
-def child(args):
+def child(args, env=None):
     cmd = [sys.executable, os.path.abspath(__file__)] + args
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env={**os.environ, **(env or {})})
     if out.returncode != 0:
         sys.stderr.write(out.stderr[-3000:])
         raise SystemExit(f"benchmark child {args} failed")
@@ -279,7 +283,7 @@ def main():
     for impl in ("tfps", "tfps_huge_pages", "dense_hash_table", "mutable_hash_table"):
         records += child(["--child", "growth", "--impl", impl])
     for impl in ("tfps", "dense_hash_table"):
-        records += child(["--child", "memory", "--impl", impl])
+        records += child(["--child", "memory", "--impl", impl], env={"TFPS_OUTPUT_CACHE_MB": "0"})
     summarize(records)
 
 

@@ -220,6 +220,28 @@ def test_large_batches_grow_the_table_and_keep_every_row():
         [reference.initial_row(int(keys[i]), 8, 8, "uniform", -0.05, 0.05) for i in sample]))
 
 
+def test_large_outputs_stay_intact_while_held_and_when_their_memory_is_reused():
+    # 140K keys at dim 16 is a 9 MB output: such outputs come from a cache of output blocks
+    # that hands a freed block to the next output of a similar size.
+    table = tfps.DynamicTable(16, optimizer="sgd", seed=3)
+    keys_a = np.arange(140_000, dtype=np.int64) * 3 + 1
+    keys_b = keys_a + 1
+    sample = np.r_[0:2, 70_001, len(keys_a) - 1]
+
+    def expected(keys):
+        return np.stack([reference.initial_row(int(keys[i]), 16, 3, "uniform", -0.05, 0.05) for i in sample])
+
+    held_a = table.find(keys_a)
+    held_b = table.find_or_insert(keys_b)
+    np.testing.assert_array_equal(held_a.numpy()[sample], expected(keys_a))
+    sum_a = float(tf.reduce_sum(held_a))
+    del held_a
+    again_a = tf.function(table.find)(keys_a)  # may reuse the block of the output just freed
+    np.testing.assert_array_equal(again_a.numpy()[sample], expected(keys_a))
+    assert float(tf.reduce_sum(again_a)) == sum_a
+    np.testing.assert_array_equal(held_b.numpy()[sample], expected(keys_b))
+
+
 def test_negative_step_records_the_tables_own_apply_count():
     table = tfps.DynamicTable(2, optimizer="sgd")
     for _ in range(3):

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "custom_ops/table/kernels/row_output.h"
 #include "custom_ops/table/kernels/table_resource.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/op_requires.h"
@@ -57,7 +58,7 @@ class TableOpKernel : public OpKernel {
   absl::Status AllocateRows(OpKernelContext* ctx, int index, const Tensor& keys, Tensor** rows) const {
     TensorShape shape = keys.shape();
     shape.AddDim(dim_);
-    return ctx->allocate_output(index, shape, rows);
+    return AllocateRowOutput(ctx, index, shape, rows);
   }
 
   absl::Status CheckRows(const Tensor& keys, const Tensor& rows, const char* rows_name) const {

@@ -1,0 +1,75 @@
+#include "custom_ops/core/block_cache.h"
+
+#include <sys/mman.h>
+
+namespace tfps {
+namespace {
+
+constexpr size_t kGranule = size_t{64} << 10;
+
+}  // namespace
+
+BlockCache::~BlockCache() {
+  for (const Block& b : idle_) munmap(b.base, b.size);
+}
+
+void* BlockCache::Take(size_t bytes) {
+  const size_t size = (bytes + kGranule - 1) / kGranule * kGranule;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t best = idle_.size();
+    for (size_t i = 0; i < idle_.size(); ++i) {
+      const size_t s = idle_[i].size;
+      if (s >= size && s - size <= s / 4 && (best == idle_.size() || s < idle_[best].size)) best = i;
+    }
+    if (best != idle_.size()) {
+      const Block b = idle_[best];
+      idle_.erase(idle_.begin() + best);
+      idle_bytes_ -= b.size;
+      lent_.emplace(b.base, b.size);
+      lent_bytes_ += b.size;
+      return b.base;
+    }
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  lent_.emplace(base, size);
+  lent_bytes_ += size;
+  return base;
+}
+
+void BlockCache::Give(void* block) {
+  if (block == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = lent_.find(block);
+  if (it == lent_.end()) return;  // not ours: nothing to give back
+  const Block b{it->first, it->second};
+  lent_.erase(it);
+  lent_bytes_ -= b.size;
+  idle_.push_back(b);
+  idle_bytes_ += b.size;
+  EvictOldestUntilWithinLimit();
+}
+
+void BlockCache::EvictOldestUntilWithinLimit() {
+  size_t evicted = 0;
+  while (evicted < idle_.size() && idle_bytes_ > max_idle_bytes_) {
+    munmap(idle_[evicted].base, idle_[evicted].size);
+    idle_bytes_ -= idle_[evicted].size;
+    ++evicted;
+  }
+  idle_.erase(idle_.begin(), idle_.begin() + evicted);
+}
+
+size_t BlockCache::IdleBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_bytes_;
+}
+
+size_t BlockCache::LentBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lent_bytes_;
+}
+
+}  // namespace tfps

@@ -1,0 +1,54 @@
+#include "custom_ops/table/kernels/row_output.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "custom_ops/core/block_cache.h"
+#include "tensorflow/core/framework/allocator.h"
+
+namespace tfps {
+namespace {
+
+constexpr int64_t kCachedFromBytes = int64_t{8} << 20;
+
+class CachedBlockAllocator : public ::tensorflow::Allocator {
+ public:
+  explicit CachedBlockAllocator(size_t max_idle_bytes) : cache_(max_idle_bytes) {}
+  std::string Name() override { return "tfps_row_output_cache"; }
+  void* AllocateRaw(size_t alignment, size_t num_bytes) override {
+    return cache_.Take(num_bytes);  // blocks are page-aligned, beyond any asked alignment
+  }
+  void DeallocateRaw(void* ptr) override { cache_.Give(ptr); }
+
+ private:
+  BlockCache cache_;
+};
+
+// Null when the cache is turned off. Never destroyed: outputs may outlive every kernel.
+CachedBlockAllocator* RowOutputAllocator() {
+  static CachedBlockAllocator* const allocator = []() -> CachedBlockAllocator* {
+    const char* env = std::getenv("TFPS_OUTPUT_CACHE_MB");
+    const long long megabytes = env == nullptr ? 512 : std::atoll(env);
+    if (megabytes <= 0) return nullptr;
+    return new CachedBlockAllocator(static_cast<size_t>(megabytes) << 20);
+  }();
+  return allocator;
+}
+
+}  // namespace
+
+absl::Status AllocateRowOutput(::tensorflow::OpKernelContext* ctx, int index,
+                               const ::tensorflow::TensorShape& shape, ::tensorflow::Tensor** out) {
+  CachedBlockAllocator* allocator = RowOutputAllocator();
+  if (allocator != nullptr && shape.num_elements() * int64_t{sizeof(float)} >= kCachedFromBytes) {
+    ::tensorflow::Tensor rows(allocator, ::tensorflow::DT_FLOAT, shape);
+    if (rows.IsInitialized()) {
+      ctx->set_output(index, rows);
+      *out = ctx->mutable_output(index);
+      return absl::OkStatus();
+    }
+  }
+  return ctx->allocate_output(index, shape, out);
+}
+
+}  // namespace tfps
