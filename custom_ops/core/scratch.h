@@ -1,5 +1,6 @@
 // Reusable per-call scratch arrays. A table call on a million keys needs tens of MB of
-// temporaries; fresh allocations would be page-faulted in on every call, so a few are kept.
+// temporaries; fresh allocations would be page-faulted in on every call, so a few are kept,
+// shared by every table of the process (a model may hold dozens of tables).
 #ifndef TFPS_CORE_SCRATCH_H_
 #define TFPS_CORE_SCRATCH_H_
 
@@ -49,15 +50,17 @@ class ScratchPool {
     if (pool_.size() < kMaxPooled) pool_.push_back(std::move(scratch));
   }
 
-  void Clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    pool_.clear();
-  }
 
  private:
   std::mutex mu_;
   std::vector<std::unique_ptr<GroupedKeys>> pool_;
 };
+
+// The process's pool. Never destroyed: tables may be destroyed during static teardown.
+inline ScratchPool& SharedScratch() {
+  static ScratchPool* const pool = new ScratchPool();
+  return *pool;
+}
 
 }  // namespace tfps
 

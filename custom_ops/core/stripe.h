@@ -4,6 +4,7 @@
 #ifndef TFPS_CORE_STRIPE_H_
 #define TFPS_CORE_STRIPE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <shared_mutex>
@@ -23,6 +24,7 @@ constexpr uint8_t kDeleted = 0xFE;
 constexpr size_t kGroup = 16;
 constexpr size_t kMinCapacity = kGroup;
 constexpr uint64_t kFirstChunkRows = 16;
+constexpr size_t kBackedPieceBytes = size_t{64} << 10;
 constexpr int kCursorRowBits = 40;
 constexpr int64_t kCursorRowMask = (int64_t{1} << kCursorRowBits) - 1;
 
@@ -85,6 +87,7 @@ struct Stripe {
   // chunk with one count-leading-zeros and rows never move as the arena grows.
   std::vector<char*> chunks;
   uint64_t rows_used = 0;
+  uint64_t rows_backed = 0;  // rows below this number have their pages populated
   std::vector<uint32_t> free_rows;
   std::vector<uint64_t> live;  // bit per row number
 
@@ -115,7 +118,7 @@ struct Stripe {
     std::vector<uint64_t>().swap(live);
     ctrl = nullptr;
     slot_rows = nullptr;
-    capacity = size = tombstones = rows_used = 0;
+    capacity = size = tombstones = rows_used = rows_backed = 0;
   }
 
   // Slot holding `key`, or -1.
@@ -185,6 +188,24 @@ struct Stripe {
     if (new_capacity != capacity) Rehash(new_capacity, row_bytes);
   }
 
+  void AddChunksUpTo(uint64_t rows, size_t row_bytes) {
+    while (rows > kFirstChunkRows * ((uint64_t{1} << chunks.size()) - 1)) {
+      const size_t c = chunks.size();
+      chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(c) * row_bytes)));
+    }
+  }
+
+  // Backs fresh rows a piece at a time (the piece's pages in one call) before the first
+  // of them is used: the kernel backs a range faster than it serves a fault per page, and
+  // at most one piece per stripe is backed ahead of use.
+  void BackRowsFrom(uint64_t r, size_t row_bytes) {
+    const uint64_t c = 63 - __builtin_clzll(r / kFirstChunkRows + 1);
+    const uint64_t chunk_end = kFirstChunkRows * ((uint64_t{2} << c) - 1);
+    const uint64_t end = std::min(chunk_end, r + std::max<uint64_t>(1, kBackedPieceBytes / row_bytes));
+    PopulateForWrite(Row(r, row_bytes), (end - r) * row_bytes);
+    rows_backed = end;
+  }
+
   uint64_t AllocateRow(size_t row_bytes) {
     uint64_t r;
     if (!free_rows.empty()) {
@@ -192,10 +213,8 @@ struct Stripe {
       free_rows.pop_back();
     } else {
       r = rows_used++;
-      if (r >= kFirstChunkRows * ((uint64_t{1} << chunks.size()) - 1)) {
-        const size_t c = chunks.size();
-        chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(c) * row_bytes)));
-      }
+      AddChunksUpTo(rows_used, row_bytes);
+      if (r >= rows_backed) BackRowsFrom(r, row_bytes);
       if ((r >> 6) >= live.size()) live.resize(live.size() * 2 + 1, 0);
     }
     live[r >> 6] |= uint64_t{1} << (r & 63);

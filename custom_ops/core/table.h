@@ -136,7 +136,6 @@ class Table {
   size_t row_bytes_;
   RegionAllocator row_memory_;
   std::atomic<int64_t> apply_calls_{0};
-  mutable ScratchPool scratch_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "custom_ops/core/block_cache.h"
+#include "custom_ops/core/memory.h"
 #include "custom_ops/core/table.h"
 
 namespace tfps {
@@ -249,10 +251,65 @@ void TestConcurrentStressMatchesReplay() {
   CHECK_TRUE(total_count_shared == total_count_replay);
 }
 
+void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
+  constexpr size_t kMiB = size_t{1} << 20;
+  BlockCache cache(16 * kMiB);
+  char* a = static_cast<char*>(cache.Take(10 * kMiB));
+  CHECK_TRUE(a != nullptr && reinterpret_cast<uintptr_t>(a) % 4096 == 0);
+  std::memset(a, 7, 10 * kMiB);
+  cache.Give(a);
+  CHECK_TRUE(cache.IdleBytes() == 10 * kMiB && cache.LentBytes() == 0);
+  // A similar size gets the same block back, pages and contents kept.
+  char* again = static_cast<char*>(cache.Take(9 * kMiB));
+  CHECK_TRUE(again == a);
+  CHECK_TRUE(again[0] == 7 && again[9 * kMiB - 1] == 7);
+  // Too small for it: a quarter of the block or more would be wasted.
+  char* small = static_cast<char*>(cache.Take(4 * kMiB));
+  CHECK_TRUE(small != a);
+  char* big = static_cast<char*>(cache.Take(12 * kMiB));
+  CHECK_TRUE(cache.LentBytes() == 26 * kMiB);
+  cache.Give(a);
+  cache.Give(small);
+  cache.Give(big);
+  // 26 MiB idle is over the 16 MiB limit: the oldest returned block goes first.
+  CHECK_TRUE(cache.IdleBytes() == 16 * kMiB);
+  CHECK_TRUE(cache.Take(10 * kMiB) == big);
+}
+
+void TestPopulateForWriteKeepsContents() {
+  std::vector<char> buffer(3 * 4096 + 100);
+  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<char>(i * 31);
+  PopulateForWrite(buffer.data() + 5, buffer.size() - 10);
+  bool kept = true;
+  for (size_t i = 0; i < buffer.size(); ++i) kept = kept && buffer[i] == static_cast<char>(i * 31);
+  CHECK_TRUE(kept);
+}
+
+// Fresh rows are backed a piece at a time ahead of use, and large outputs up front; a big
+// threaded batch must give exactly the rows of small serial ones.
+void TestBatchInsertMatchesSmallBatches() {
+  const TableConfig config = Config(24, OptimizerKind::kAdam, InitializerKind::kTruncatedNormal, 2);
+  Table large(config), small(config);
+  const int64_t n = 60000;
+  std::vector<uint64_t> keys(n);
+  for (int64_t i = 0; i < n; ++i) keys[i] = (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL) ^ 0x5555;
+  std::vector<float> from_large(n * 24), from_small(n * 24);
+  large.FindOrInsert(keys.data(), n, from_large.data(), kThreads);
+  for (int64_t b = 0; b < n; b += 100) small.FindOrInsert(keys.data() + b, 100, from_small.data() + b * 24, kSerial);
+  CHECK_TRUE(from_large == from_small);
+  std::vector<uint8_t> exists(n);
+  std::vector<float> found(n * 24);
+  large.Find(keys.data(), n, found.data(), exists.data(), kThreads);
+  CHECK_TRUE(found == from_small);
+}
+
 }  // namespace
 }  // namespace tfps
 
 int main() {
+  tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
+  tfps::TestPopulateForWriteKeepsContents();
+  tfps::TestBatchInsertMatchesSmallBatches();
   tfps::TestEdgeKeysAreOrdinary();
   tfps::TestInitialValuesAreDeterministic();
   tfps::TestGrowthRemoveAndReinsert();
