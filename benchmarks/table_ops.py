@@ -69,6 +69,37 @@ class TfHashTable:
         return self.table.insert(keys, values)
 
 
+class TfraTable:
+    """tensorflow-recommenders-addons' default CPU table (CuckooHashTable); like TF's tables,
+    insert takes precomputed values (untimed). Only where TFRA imports: TF 2.16.2 with
+    benchmarks/run_with_tfra.sh."""
+
+    name = "tfra"
+
+    def __init__(self, dim):
+        import tensorflow as tf
+        import tensorflow_recommenders_addons as tfra
+        self.table = tfra.dynamic_embedding.CuckooHashTable(
+            tf.int64, tf.float32, default_value=tf.zeros([dim], tf.float32))
+
+    def populate(self, keys, values):
+        self.table.insert(keys, values)
+
+    def find(self, keys):
+        return self.table.lookup(keys)
+
+    def insert(self, keys, values):
+        return self.table.insert(keys, values)
+
+
+def make_table(impl_name, dim, optimizer="adagrad"):
+    if impl_name.startswith("tfps"):
+        return Tfps(dim, optimizer)
+    if impl_name == "tfra":
+        return TfraTable(dim)
+    return TfHashTable(dim, impl_name)
+
+
 class PresizedVariable:
     """The dense baseline: tf.gather and sparse Adagrad on a [num_unique, dim] variable."""
 
@@ -120,7 +151,7 @@ def run_throughput(impl_name, dims, distributions, repeats):
                 report("apply_adagrad", common.median_seconds(lambda: impl.apply(None, uidx, grads), repeats),
                        len(unique_np))
                 continue
-            make = (lambda: Tfps(dim)) if impl_name == "tfps" else (lambda: TfHashTable(dim, impl_name))
+            make = lambda: make_table(impl_name, dim)  # noqa: E731
             holder = {}
 
             def fresh():
@@ -148,9 +179,7 @@ def run_growth(impl_name, total=4 << 20, batch=256 << 10, dim=64):
     keys[keys <= DELETED_KEY] = 12345
     if impl_name.startswith("tfps"):
         os.environ["TFPS_HUGE_PAGES"] = "1" if impl_name == "tfps_huge_pages" else "0"
-        impl = Tfps(dim, optimizer="sgd")
-    else:
-        impl = TfHashTable(dim, impl_name)
+    impl = make_table(impl_name, dim, optimizer="sgd")
     batches = [tf.constant(keys[i:i + batch]) for i in range(0, total, batch)]
     values = None if impl_name.startswith("tfps") else tf.random.uniform([batch, dim])
     calls = []
@@ -179,7 +208,7 @@ def run_memory(impl_name, total=4 << 20, dim=64):
     values = tf.random.uniform([256 << 10, dim])
     gc.collect()
     before = common.rss_bytes()
-    impl = Tfps(dim, optimizer="adagrad") if impl_name == "tfps" else TfHashTable(dim, impl_name)
+    impl = make_table(impl_name, dim)
     for b in batches:
         impl.insert(b, values)
         del b
@@ -229,6 +258,11 @@ def summarize(records):
                 ("apply >= 0.7x presized sparse Adagrad", get("tfps", "apply_adagrad", dim, dist),
                  get("presized_variable", "apply_adagrad", dim, dist), 0.7),
             ]
+            for op in ("find", "find_or_insert_empty"):  # no target: for the record
+                theirs = get("tfra", op, dim, dist)
+                if theirs:
+                    lines.append({"summary": f"{op} vs TFRA CuckooHashTable", "dim": dim, "keys": dist,
+                                  "ratio": round(get("tfps", op, dim, dist) / theirs, 2)})
             for name, ours, theirs, target in checks:
                 if ours and theirs:
                     lines.append({"summary": name, "dim": dim, "keys": dist, "ratio": round(ours / theirs, 2),
@@ -239,6 +273,9 @@ def summarize(records):
                       "target": 5.0, "met": ours / theirs >= 5.0})
         stall = get("tfps", "growth", field="max_call_ms")
         lines.append({"summary": "no growth call over 100 ms", "max_call_ms": stall, "met": stall <= 100})
+    if get("tfra", "growth"):
+        lines.append({"summary": "growth vs TFRA CuckooHashTable cold growth",
+                      "ratio": round(ours / get("tfra", "growth"), 2)})
     overhead = get("tfps", "memory", field="bytes_beyond_value_and_slots")
     if overhead is not None:
         lines.append({"summary": "memory beyond value+slots <= 32 B/key", "bytes": overhead,
@@ -276,13 +313,12 @@ def main():
     except ImportError:
         common.emit({"note": "tensorflow-recommenders-addons is not importable here; skipped"})
     for impl in impls:
-        if impl == "tfra":
-            continue  # measured by benchmarks/tfra_table.py under TF 2.16.2
         records += child(["--child", "throughput", "--impl", impl, "--dims", ",".join(map(str, dims)),
                           "--repeats", str(args.repeats)])
-    for impl in ("tfps", "tfps_huge_pages", "dense_hash_table", "mutable_hash_table"):
+    with_tfra = ["tfra"] if "tfra" in impls else []
+    for impl in ["tfps", "tfps_huge_pages", "dense_hash_table", "mutable_hash_table"] + with_tfra:
         records += child(["--child", "growth", "--impl", impl])
-    for impl in ("tfps", "dense_hash_table"):
+    for impl in ["tfps", "dense_hash_table"] + with_tfra:
         records += child(["--child", "memory", "--impl", impl], env={"TFPS_OUTPUT_CACHE_MB": "0"})
     summarize(records)
 
