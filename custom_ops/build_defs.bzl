@@ -10,6 +10,7 @@ TFPS_COPTS = [
     "-fPIC",
     "-pthread",
     "-ffp-contract=off",
+    "-fno-math-errno",
     "-Wno-deprecated-declarations",
 ]
 
