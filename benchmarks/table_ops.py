@@ -46,7 +46,10 @@ class Tfps:
 
 
 class TfHashTable:
-    """DenseHashTable or MutableHashTable; insert takes precomputed values (untimed)."""
+    """A key-value table of TF (DenseHashTable, MutableHashTable) or of
+    tensorflow-recommenders-addons ("tfra": its default CPU table, CuckooHashTable, which
+    imports only under TF 2.16.2, see benchmarks/run_with_tfra.sh). Insert takes
+    precomputed values (untimed)."""
 
     def __init__(self, dim, kind):
         import tensorflow as tf
@@ -56,31 +59,11 @@ class TfHashTable:
             self.table = tf.lookup.experimental.DenseHashTable(
                 tf.int64, tf.float32, default_value=default, empty_key=EMPTY_KEY,
                 deleted_key=DELETED_KEY)
+        elif kind == "tfra":
+            import tensorflow_recommenders_addons as tfra
+            self.table = tfra.dynamic_embedding.CuckooHashTable(tf.int64, tf.float32, default_value=default)
         else:
             self.table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.float32, default)
-
-    def populate(self, keys, values):
-        self.table.insert(keys, values)
-
-    def find(self, keys):
-        return self.table.lookup(keys)
-
-    def insert(self, keys, values):
-        return self.table.insert(keys, values)
-
-
-class TfraTable:
-    """tensorflow-recommenders-addons' default CPU table (CuckooHashTable); like TF's tables,
-    insert takes precomputed values (untimed). Only where TFRA imports: TF 2.16.2 with
-    benchmarks/run_with_tfra.sh."""
-
-    name = "tfra"
-
-    def __init__(self, dim):
-        import tensorflow as tf
-        import tensorflow_recommenders_addons as tfra
-        self.table = tfra.dynamic_embedding.CuckooHashTable(
-            tf.int64, tf.float32, default_value=tf.zeros([dim], tf.float32))
 
     def populate(self, keys, values):
         self.table.insert(keys, values)
@@ -95,8 +78,6 @@ class TfraTable:
 def make_table(impl_name, dim, optimizer="adagrad"):
     if impl_name.startswith("tfps"):
         return Tfps(dim, optimizer)
-    if impl_name == "tfra":
-        return TfraTable(dim)
     return TfHashTable(dim, impl_name)
 
 
