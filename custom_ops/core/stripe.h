@@ -92,12 +92,12 @@ struct Stripe {
   std::vector<uint64_t> live;  // bit per row number
 
   static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
+  static uint64_t ChunkFirstRow(size_t c) { return kFirstChunkRows * ((uint64_t{1} << c) - 1); }
+  static size_t ChunkOf(uint64_t r) { return 63 - __builtin_clzll(r / kFirstChunkRows + 1); }
 
   char* Row(uint64_t r, size_t row_bytes) const {
-    const uint64_t q = r / kFirstChunkRows + 1;
-    const int c = 63 - __builtin_clzll(q);
-    const uint64_t first = kFirstChunkRows * ((uint64_t{1} << c) - 1);
-    return chunks[c] + (r - first) * row_bytes;
+    const size_t c = ChunkOf(r);
+    return chunks[c] + (r - ChunkFirstRow(c)) * row_bytes;
   }
   bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
 
@@ -188,19 +188,11 @@ struct Stripe {
     if (new_capacity != capacity) Rehash(new_capacity, row_bytes);
   }
 
-  void AddChunksUpTo(uint64_t rows, size_t row_bytes) {
-    while (rows > kFirstChunkRows * ((uint64_t{1} << chunks.size()) - 1)) {
-      const size_t c = chunks.size();
-      chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(c) * row_bytes)));
-    }
-  }
-
   // Backs fresh rows a piece at a time (the piece's pages in one call) before the first
   // of them is used: the kernel backs a range faster than it serves a fault per page, and
   // at most one piece per stripe is backed ahead of use.
   void BackRowsFrom(uint64_t r, size_t row_bytes) {
-    const uint64_t c = 63 - __builtin_clzll(r / kFirstChunkRows + 1);
-    const uint64_t chunk_end = kFirstChunkRows * ((uint64_t{2} << c) - 1);
+    const uint64_t chunk_end = ChunkFirstRow(ChunkOf(r) + 1);
     const uint64_t end = std::min(chunk_end, r + std::max<uint64_t>(1, kBackedPieceBytes / row_bytes));
     PopulateForWrite(Row(r, row_bytes), (end - r) * row_bytes);
     rows_backed = end;
@@ -213,7 +205,9 @@ struct Stripe {
       free_rows.pop_back();
     } else {
       r = rows_used++;
-      AddChunksUpTo(rows_used, row_bytes);
+      if (r == ChunkFirstRow(chunks.size())) {
+        chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(chunks.size()) * row_bytes)));
+      }
       if (r >= rows_backed) BackRowsFrom(r, row_bytes);
       if ((r >> 6) >= live.size()) live.resize(live.size() * 2 + 1, 0);
     }
