@@ -14,6 +14,20 @@
 namespace tfps {
 namespace {
 
+// NaN and Inf are the floats whose exponent bits are all ones. Testing the bits (rather
+// than std::isfinite, which compiles to a scalar compare) vectorizes, so the check runs at
+// memory speed.
+bool AllFinite(const float* x, int64_t n) {
+  constexpr uint32_t kExponent = 0x7f800000u;
+  uint32_t non_finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    non_finite |= static_cast<uint32_t>((bits & kExponent) == kExponent);
+  }
+  return non_finite == 0;
+}
+
 // Backs every page of a large output buffer, each thread a contiguous piece, before rows
 // are written to it in key order. A freshly allocated output is unmapped memory; written in
 // key order, every thread would fault pages all over it and they would contend for them.
@@ -265,11 +279,10 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
   std::atomic<bool> finite{true};
   const int64_t chunk = 1 << 16;
   parallel_for((total + chunk - 1) / chunk, chunk, [&](int64_t c0, int64_t c1) {
-    bool ok = true;
-    for (int64_t k = c0 * chunk, end = std::min(total, c1 * chunk); k < end; ++k) {
-      ok &= std::isfinite(grads[k]);
+    const int64_t begin = c0 * chunk;
+    if (!AllFinite(grads + begin, std::min(total, c1 * chunk) - begin)) {
+      finite.store(false, std::memory_order_relaxed);
     }
-    if (!ok) finite.store(false, std::memory_order_relaxed);
   });
   if (!finite.load()) return false;
   const int64_t call = apply_calls_.fetch_add(1) + 1;

@@ -159,6 +159,33 @@ void TestNonFiniteGradientRejectsWholeApply() {
   CHECK_TRUE(meta[kCount] == 0 && s[0] == 0.1f);
 }
 
+// The finiteness check reads gradients in wide pieces and in parallel chunks of 64K floats:
+// a bad value is caught wherever it lies, and the extreme finite floats pass.
+void TestFiniteCheckCoversEveryPosition() {
+  const int dim = 3;
+  const int64_t n = (int64_t{1} << 16) / dim + 7;  // floats span two chunks and a ragged tail
+  Table t(Config(dim, OptimizerKind::kSgd, InitializerKind::kZeros));
+  std::vector<uint64_t> keys(n);
+  for (int64_t i = 0; i < n; ++i) keys[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  std::vector<float> grads(n * dim, std::numeric_limits<float>::denorm_min());
+  grads[1] = std::numeric_limits<float>::max();
+  grads[2] = -std::numeric_limits<float>::max();
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  const int64_t total = n * dim;
+  int trial = 0;
+  for (int64_t pos : {int64_t{0}, int64_t{7}, int64_t{8}, (int64_t{1} << 16) - 1, int64_t{1} << 16,
+                      total - 9, total - 1}) {
+    const float kept = grads[pos];
+    grads[pos] = bad[trial++ % 3];
+    CHECK_TRUE(!t.ApplyGradients(keys.data(), n, grads.data(), 1, kThreads));
+    grads[pos] = kept;
+  }
+  CHECK_TRUE(t.Size() == 0);
+  CHECK_TRUE(t.ApplyGradients(keys.data(), n, grads.data(), 1, kThreads));
+  CHECK_TRUE(t.Size() == n);
+}
+
 void TestExportImportRoundTrip() {
   for (OptimizerKind opt : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kFtrl}) {
     TableConfig config = Config(5, opt, InitializerKind::kTruncatedNormal);
@@ -314,6 +341,7 @@ int main() {
   tfps::TestInitialValuesAreDeterministic();
   tfps::TestGrowthRemoveAndReinsert();
   tfps::TestNonFiniteGradientRejectsWholeApply();
+  tfps::TestFiniteCheckCoversEveryPosition();
   tfps::TestExportImportRoundTrip();
   tfps::TestConcurrentStressMatchesReplay();
   std::printf("table_test: %d checks, %d failed\n", tfps::checks, tfps::failures);
