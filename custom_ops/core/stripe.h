@@ -74,10 +74,15 @@ inline uint32_t ClampToU32(int64_t v) {
 }
 
 struct Stripe {
-  explicit Stripe(RegionAllocator* row_memory) : row_memory(row_memory) {}
+  // Stripes fill at the same pace under well-spread keys, so with one load limit they
+  // would all rebuild their index in the same call. Limits from 25/32 to 28/32 by stripe
+  // spread those rebuilds over a 12% range of table sizes (several calls) instead.
+  Stripe(RegionAllocator* row_memory, int stripe_index)
+      : row_memory(row_memory), max_load_32nds(28 - stripe_index % 4) {}
 
   mutable std::shared_mutex mu;
   RegionAllocator* row_memory;  // the table's; chunks are released with it
+  const size_t max_load_32nds;  // the index grows beyond this load
   uint8_t* ctrl = nullptr;
   uint32_t* slot_rows = nullptr;
   size_t capacity = 0;
@@ -98,6 +103,9 @@ struct Stripe {
   char* Row(uint64_t r, size_t row_bytes) const {
     const size_t c = ChunkOf(r);
     return chunks[c] + (r - ChunkFirstRow(c)) * row_bytes;
+  }
+  bool OverLoaded(size_t used_slots, size_t index_capacity) const {
+    return used_slots * 32 > index_capacity * max_load_32nds;
   }
   bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
 
@@ -184,7 +192,7 @@ struct Stripe {
   // while they arrive.
   void Reserve(size_t expected_size, size_t row_bytes) {
     size_t new_capacity = capacity;
-    while ((expected_size + tombstones + 1) * 8 > new_capacity * 7) new_capacity *= 2;
+    while (OverLoaded(expected_size + tombstones + 1, new_capacity)) new_capacity *= 2;
     if (new_capacity != capacity) Rehash(new_capacity, row_bytes);
   }
 
@@ -222,9 +230,9 @@ struct Stripe {
       *inserted = false;
       return Row(slot_rows[found], row_bytes);
     }
-    if ((size + tombstones + 1) * 8 > capacity * 7) {
-      // Grow when at least half of the 7/8 budget is live; otherwise only sweep tombstones.
-      Rehash(size * 16 >= capacity * 7 ? capacity * 2 : capacity, row_bytes);
+    if (OverLoaded(size + tombstones + 1, capacity)) {
+      // Grow when at least half of the load budget is live; otherwise only sweep tombstones.
+      Rehash(size * 64 >= capacity * max_load_32nds ? capacity * 2 : capacity, row_bytes);
     }
     const size_t slot = FreeSlot(hash);
     if (ctrl[slot] == kDeleted) --tombstones;

@@ -146,7 +146,7 @@ Table::Table(const TableConfig& config) : config_(config), row_memory_(config.hu
   const int stripes = 1 << config.log2_stripes;
   stripes_.reserve(stripes);
   for (int i = 0; i < stripes; ++i) {
-    stripes_.push_back(std::make_unique<Stripe>(&row_memory_));
+    stripes_.push_back(std::make_unique<Stripe>(&row_memory_, i));
     stripes_.back()->ResetIndex(kMinCapacity);
   }
 }

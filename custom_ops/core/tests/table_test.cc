@@ -9,6 +9,7 @@
 
 #include "custom_ops/core/block_cache.h"
 #include "custom_ops/core/memory.h"
+#include "custom_ops/core/stripe.h"
 #include "custom_ops/core/table.h"
 
 namespace tfps {
@@ -186,6 +187,32 @@ void TestFiniteCheckCoversEveryPosition() {
   CHECK_TRUE(t.Size() == n);
 }
 
+// Neighbouring stripes grow their index at different loads (28/32 down to 25/32), so
+// stripes filled at the same pace do not all rebuild in the same call.
+void TestStripesGrowAtStaggeredLoads() {
+  RegionAllocator rows(false);
+  const size_t row_bytes = 64;
+  std::vector<size_t> first_size_after_growth;
+  for (int index = 0; index < 4; ++index) {
+    Stripe s(&rows, index);
+    s.ResetIndex(1024);
+    bool inserted = false;
+    for (uint64_t key = 1; s.capacity == 1024; ++key) {
+      s.FindOrAddRow(key, TableHash(key), row_bytes, &inserted);
+      CHECK_TRUE(inserted);
+    }
+    first_size_after_growth.push_back(s.size);
+    // Every key is still found after the rebuild.
+    for (uint64_t key = 1; key <= s.size; ++key) CHECK_TRUE(s.FindSlot(key, TableHash(key), row_bytes) >= 0);
+    CHECK_TRUE(s.capacity == 2048);
+    s.FreeAll();
+  }
+  for (int index = 0; index < 4; ++index) {
+    // The key that overflows the limit triggers the growth: size is limit + 1.
+    CHECK_TRUE(first_size_after_growth[index] == 1024 * (28 - index) / 32 + 1);
+  }
+}
+
 void TestExportImportRoundTrip() {
   for (OptimizerKind opt : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kFtrl}) {
     TableConfig config = Config(5, opt, InitializerKind::kTruncatedNormal);
@@ -342,6 +369,7 @@ int main() {
   tfps::TestGrowthRemoveAndReinsert();
   tfps::TestNonFiniteGradientRejectsWholeApply();
   tfps::TestFiniteCheckCoversEveryPosition();
+  tfps::TestStripesGrowAtStaggeredLoads();
   tfps::TestExportImportRoundTrip();
   tfps::TestConcurrentStressMatchesReplay();
   std::printf("table_test: %d checks, %d failed\n", tfps::checks, tfps::failures);
