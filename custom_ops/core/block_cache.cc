@@ -26,7 +26,7 @@ void* BlockCache::Take(size_t bytes) {
       const Block b = idle_[best];
       idle_.erase(idle_.begin() + best);
       idle_bytes_ -= b.size;
-      lent_.emplace(b.base, b.size);
+      lent_.emplace(b.base, Lent{b.size, true});
       lent_bytes_ += b.size;
       return b.base;
     }
@@ -34,7 +34,7 @@ void* BlockCache::Take(size_t bytes) {
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
-  lent_.emplace(base, size);
+  lent_.emplace(base, Lent{size, false});
   lent_bytes_ += size;
   return base;
 }
@@ -44,7 +44,7 @@ void BlockCache::Give(void* block) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = lent_.find(block);
   if (it == lent_.end()) return;  // not ours: nothing to give back
-  const Block b{it->first, it->second};
+  const Block b{block, it->second.size};
   lent_.erase(it);
   lent_bytes_ -= b.size;
   idle_.push_back(b);
@@ -60,6 +60,12 @@ void BlockCache::EvictOldestUntilWithinLimit() {
     ++evicted;
   }
   idle_.erase(idle_.begin(), idle_.begin() + evicted);
+}
+
+bool BlockCache::WasReused(const void* block) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = lent_.find(block);
+  return it != lent_.end() && it->second.reused;
 }
 
 size_t BlockCache::IdleBytes() const {

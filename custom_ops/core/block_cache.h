@@ -25,6 +25,9 @@ class BlockCache {
   void* Take(size_t bytes);
   // Returns a block from Take. Thread-safe.
   void Give(void* block);
+  // Whether a lent block came from the idle ones (its pages are backed) rather than from a
+  // fresh mapping. Thread-safe.
+  bool WasReused(const void* block) const;
 
   size_t IdleBytes() const;
   size_t LentBytes() const;
@@ -34,11 +37,15 @@ class BlockCache {
     void* base;
     size_t size;
   };
+  struct Lent {
+    size_t size;
+    bool reused;
+  };
   void EvictOldestUntilWithinLimit();  // holds mu_
 
   const size_t max_idle_bytes_;
   mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> lent_;
+  std::unordered_map<const void*, Lent> lent_;
   std::vector<Block> idle_;  // oldest first
   size_t idle_bytes_ = 0;
   size_t lent_bytes_ = 0;

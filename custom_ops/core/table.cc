@@ -28,20 +28,6 @@ bool AllFinite(const float* x, int64_t n) {
   return non_finite == 0;
 }
 
-// Backs every page of a large output buffer, each thread a contiguous piece, before rows
-// are written to it in key order. A freshly allocated output is unmapped memory; written in
-// key order, every thread would fault pages all over it and they would contend for them.
-void PrefaultOutput(float* values, int64_t count, const ParallelFor& parallel_for) {
-  constexpr int64_t kPiece = int64_t{1} << 22, kWorthIt = int64_t{1} << 23;
-  const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
-  if (bytes < kWorthIt) return;  // small outputs come from reused heap memory
-  char* base = reinterpret_cast<char*>(values);
-  parallel_for((bytes + kPiece - 1) / kPiece, kPiece / 8, [&](int64_t p0, int64_t p1) {
-    const int64_t begin = p0 * kPiece, end = std::min(bytes, p1 * kPiece);
-    PopulateForWrite(base + begin, end - begin);
-  });
-}
-
 // Visits a stripe's keys in order while the index groups and rows of keys further ahead
 // are being fetched, so a lookup waits on memory once per many keys instead of three
 // times per key. body(j) handles key j of the batch; prefetch(j) may fetch its own data.
@@ -233,7 +219,6 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
-  PrefaultOutput(values, n * dim, parallel_for);
   ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::shared_lock<std::shared_mutex> lock(s.mu);
@@ -257,7 +242,6 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
-  PrefaultOutput(values, n * dim, parallel_for);
   ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
@@ -435,6 +419,16 @@ bool Table::DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>
   metadata[kLastStep] = row.header->last_step;
   metadata[kOptimizerStep] = row.optimizer_step != nullptr ? *row.optimizer_step : 0;
   return true;
+}
+
+void PopulateInParallel(void* begin, int64_t bytes, const ParallelFor& parallel_for) {
+  constexpr int64_t kPiece = int64_t{1} << 22, kWorthIt = int64_t{1} << 23;
+  if (bytes < kWorthIt) return;
+  char* base = static_cast<char*>(begin);
+  parallel_for((bytes + kPiece - 1) / kPiece, kPiece / 8, [&](int64_t p0, int64_t p1) {
+    const int64_t from = p0 * kPiece, to = std::min(bytes, p1 * kPiece);
+    PopulateForWrite(base + from, to - from);
+  });
 }
 
 ParallelFor SerialParallelFor() {

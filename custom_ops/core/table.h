@@ -38,6 +38,12 @@ using ParallelFor =
     std::function<void(int64_t total, int64_t cost_per_unit,
                        const std::function<void(int64_t, int64_t)>& fn)>;
 
+// Backs the pages of [begin, begin + bytes) before it is written, each thread a
+// contiguous piece. Rows are written to an output in key order, so into fresh memory every
+// thread would fault pages all over it and they would contend for them. Ranges under
+// 8 MiB are left alone: they come from reused heap memory.
+void PopulateInParallel(void* begin, int64_t bytes, const ParallelFor& parallel_for);
+
 // Runs everything on the calling thread.
 ParallelFor SerialParallelFor();
 // Splits work over `num_threads` std::threads (for tests and tools without TensorFlow).

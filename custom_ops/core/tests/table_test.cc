@@ -310,16 +310,17 @@ void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
   BlockCache cache(16 * kMiB);
   char* a = static_cast<char*>(cache.Take(10 * kMiB));
   CHECK_TRUE(a != nullptr && reinterpret_cast<uintptr_t>(a) % 4096 == 0);
+  CHECK_TRUE(!cache.WasReused(a));
   std::memset(a, 7, 10 * kMiB);
   cache.Give(a);
   CHECK_TRUE(cache.IdleBytes() == 10 * kMiB && cache.LentBytes() == 0);
   // A similar size gets the same block back, pages and contents kept.
   char* again = static_cast<char*>(cache.Take(9 * kMiB));
-  CHECK_TRUE(again == a);
+  CHECK_TRUE(again == a && cache.WasReused(a));
   CHECK_TRUE(again[0] == 7 && again[9 * kMiB - 1] == 7);
   // Too small for it: a quarter of the block or more would be wasted.
   char* small = static_cast<char*>(cache.Take(4 * kMiB));
-  CHECK_TRUE(small != a);
+  CHECK_TRUE(small != a && !cache.WasReused(small));
   char* big = static_cast<char*>(cache.Take(12 * kMiB));
   CHECK_TRUE(cache.LentBytes() == 26 * kMiB);
   cache.Give(a);
@@ -331,16 +332,23 @@ void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
 }
 
 void TestPopulateForWriteKeepsContents() {
-  std::vector<char> buffer(3 * 4096 + 100);
-  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<char>(i * 31);
-  PopulateForWrite(buffer.data() + 5, buffer.size() - 10);
-  bool kept = true;
-  for (size_t i = 0; i < buffer.size(); ++i) kept = kept && buffer[i] == static_cast<char>(i * 31);
-  CHECK_TRUE(kept);
+  // Small: one call; large (over the 8 MiB PopulateInParallel leaves alone): threaded pieces.
+  for (size_t size : {size_t{3 * 4096 + 100}, size_t{(9 << 20) + 4096 * 3 + 100}}) {
+    std::vector<char> buffer(size);
+    for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<char>(i * 31);
+    if (size < (size_t{8} << 20)) {
+      PopulateForWrite(buffer.data() + 5, buffer.size() - 10);
+    } else {
+      PopulateInParallel(buffer.data() + 5, static_cast<int64_t>(buffer.size() - 10), kThreads);
+    }
+    bool kept = true;
+    for (size_t i = 0; i < buffer.size(); ++i) kept = kept && buffer[i] == static_cast<char>(i * 31);
+    CHECK_TRUE(kept);
+  }
 }
 
-// Fresh rows are backed a piece at a time ahead of use, and large outputs up front; a big
-// threaded batch must give exactly the rows of small serial ones.
+// Fresh rows are backed a piece at a time ahead of use; a big threaded batch must give
+// exactly the rows of small serial ones.
 void TestBatchInsertMatchesSmallBatches() {
   const TableConfig config = Config(24, OptimizerKind::kAdam, InitializerKind::kTruncatedNormal, 2);
   Table large(config), small(config);

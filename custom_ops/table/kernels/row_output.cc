@@ -4,6 +4,8 @@
 #include <string>
 
 #include "custom_ops/core/block_cache.h"
+#include "custom_ops/core/table.h"
+#include "custom_ops/table/kernels/table_resource.h"
 #include "tensorflow/core/framework/allocator.h"
 
 namespace tfps {
@@ -19,6 +21,7 @@ class CachedBlockAllocator : public ::tensorflow::Allocator {
     return cache_.Take(num_bytes);  // blocks are page-aligned, beyond any asked alignment
   }
   void DeallocateRaw(void* ptr) override { cache_.Give(ptr); }
+  bool WasReused(const void* ptr) const { return cache_.WasReused(ptr); }
 
  private:
   BlockCache cache_;
@@ -39,16 +42,22 @@ CachedBlockAllocator* RowOutputAllocator() {
 
 absl::Status AllocateRowOutput(::tensorflow::OpKernelContext* ctx, int index,
                                const ::tensorflow::TensorShape& shape, ::tensorflow::Tensor** out) {
+  const int64_t bytes = shape.num_elements() * int64_t{sizeof(float)};
   CachedBlockAllocator* allocator = RowOutputAllocator();
-  if (allocator != nullptr && shape.num_elements() * int64_t{sizeof(float)} >= kCachedFromBytes) {
+  if (allocator != nullptr && bytes >= kCachedFromBytes) {
     ::tensorflow::Tensor rows(allocator, ::tensorflow::DT_FLOAT, shape);
     if (rows.IsInitialized()) {
       ctx->set_output(index, rows);
       *out = ctx->mutable_output(index);
+      // A reused block is backed already; backing it again would walk every page for nothing.
+      void* data = (*out)->data();
+      if (!allocator->WasReused(data)) PopulateInParallel(data, bytes, DeviceParallelFor(ctx));
       return absl::OkStatus();
     }
   }
-  return ctx->allocate_output(index, shape, out);
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, out));
+  PopulateInParallel((*out)->data(), bytes, DeviceParallelFor(ctx));
+  return absl::OkStatus();
 }
 
 }  // namespace tfps
