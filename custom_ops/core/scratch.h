@@ -50,7 +50,6 @@ class ScratchPool {
     if (pool_.size() < kMaxPooled) pool_.push_back(std::move(scratch));
   }
 
-
  private:
   std::mutex mu_;
   std::vector<std::unique_ptr<GroupedKeys>> pool_;
