@@ -36,3 +36,21 @@ def exact_average_precision(labels, scores, weights=None):
     recall = tp / total_pos
     precision = tp / (tp + fp)
     return float(np.sum(np.diff(np.concatenate([[0.0], recall])) * precision))
+
+
+def log_linear_buckets(scores, buckets_per_octave=1024, octaves=16):
+    """The bucket tfps.metrics.AUC documents for each score, from frexp in float64.
+
+    d = min(p, 1 - p); octave k of d is [2^-(octaves + 1 - k), 2^-(octaves - k)), split into
+    buckets_per_octave equal parts; d below octave 0 joins bucket 0, d = 1/2 the last one
+    of its side; scores >= 1/2 mirror the lower side.
+    """
+    scores = np.asarray(scores, np.float32).astype(np.float64)
+    distance = np.minimum(scores, 1.0 - scores)
+    mantissa, exponent = np.frexp(distance)  # distance = mantissa * 2^exponent, mantissa in [1/2, 1)
+    octave = exponent + octaves  # [1/4, 1/2) has exponent -1: octave octaves - 1
+    within = np.floor((2 * mantissa - 1) * buckets_per_octave)
+    per_side = octaves * buckets_per_octave
+    side = np.where(distance > 0, octave * buckets_per_octave + within, 0)
+    side = np.clip(side, 0, per_side - 1).astype(np.int64)
+    return np.where(scores < 0.5, side, 2 * per_side - 1 - side)

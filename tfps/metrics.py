@@ -8,8 +8,11 @@ Labels may be soft: a label y in [0, 1] counts as y positive and 1 - y negative 
 import tensorflow as tf
 import tf_keras as keras
 
-_DEFAULT_BUCKETS = 1 << 16
 _MAX_BUCKETS = 1 << 24
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _flatten_inputs(metric_name, y_true, y_pred, sample_weight):
@@ -96,29 +99,46 @@ class AUC(keras.metrics.Metric):
     every input, then adds each example to its bucket under the variable's lock; under
     ParameterServerStrategy it runs on the parameter server that holds the state, and so
     does result()'s one pass over the histogram (Tfps>HistogramCurveSum), which sends
-    back three scalars instead of the whole histogram. With
-    the default 65536 buckets the result is within 1e-4 of the exact AUC on well-spread
-    predictions. One class only gives 0.5 (ROC) or 0 (PR); all predictions equal gives 0.5
-    (ROC) and the positive rate (PR).
+    back three scalars instead of the whole histogram.
+
+    Buckets follow a prediction's distance d = min(p, 1 - p) to the nearer end on a
+    log-linear scale: each octave of d ([1/4, 1/2), [1/8, 1/4), ...) holds
+    `buckets_per_octave` equal buckets, down to d = 2^-(octaves + 1); predictions nearer
+    an end share its end bucket. A bucket is thus narrower than d / buckets_per_octave, so
+    CTR predictions around 1e-3 are ordered as finely, relative to their size, as those
+    around 0.3; equal-width buckets lose most of their resolution there. The defaults
+    (32768 buckets, 512 KiB) give results within 1e-4 of the exact AUC on well-spread
+    predictions and on predictions crowded near 0. Pairs in the same bucket count one
+    half. One class only gives 0.5 (ROC) or 0 (PR); all predictions equal gives 0.5 (ROC)
+    and the positive rate (PR).
 
     Args:
-      num_buckets: number of equal-width prediction buckets over [0, 1].
+      buckets_per_octave: buckets per halving of d, a power of two.
+      octaves: halvings of d resolved below 1/2 (the default resolves d >= 2^-17).
       curve: "ROC" or "PR" (average precision).
       name: metric name.
     """
 
-    def __init__(self, num_buckets=_DEFAULT_BUCKETS, curve="ROC", name="auc", dtype=None, **kwargs):
+    def __init__(self, buckets_per_octave=1024, octaves=16, curve="ROC", name="auc", dtype=None,
+                 **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
-        if (isinstance(num_buckets, bool) or not isinstance(num_buckets, int)
-                or not 2 <= num_buckets <= _MAX_BUCKETS):
-            raise ValueError("tfps.metrics.AUC: num_buckets must be an int in [2, 2**24] (bucket "
-                             f"edges are float32), got {num_buckets!r}")
+        if (not _is_int(buckets_per_octave) or not 1 <= buckets_per_octave <= 1 << 23
+                or buckets_per_octave & (buckets_per_octave - 1)):
+            raise ValueError("tfps.metrics.AUC: buckets_per_octave must be a power of two in "
+                             f"[1, 2**23], got {buckets_per_octave!r}")
+        if (not _is_int(octaves) or not 1 <= octaves <= 125
+                or 2 * octaves * buckets_per_octave > _MAX_BUCKETS):
+            raise ValueError("tfps.metrics.AUC: octaves must be an int in [1, 125] with "
+                             "2 * octaves * buckets_per_octave <= 2**24, got "
+                             f"{octaves!r} octaves of {buckets_per_octave!r} buckets")
         curve = str(curve).upper()
         if curve not in ("ROC", "PR"):
             raise ValueError(f"tfps.metrics.AUC: curve must be 'ROC' or 'PR', got {curve!r}")
-        self.num_buckets = num_buckets
+        self.buckets_per_octave = buckets_per_octave
+        self.octaves = octaves
+        self.num_buckets = 2 * octaves * buckets_per_octave
         self.curve = curve
-        self.histogram = _sum_variable(self, "histogram", [num_buckets, 2])
+        self.histogram = _sum_variable(self, "histogram", [self.num_buckets, 2])
 
     @_straight_line
     def update_state(self, y_true, y_pred, sample_weight=None):
@@ -133,7 +153,8 @@ class AUC(keras.metrics.Metric):
         for part in _parts(self.histogram):  # a variable partitioner may have split it
             updates.append(ops.tfps_histogram_auc_update(
                 part.handle, y_true, y_pred, weights, tf.constant(first, tf.int64),
-                num_buckets=self.num_buckets, metric_name=f"tfps.metrics.AUC({self.name})"))
+                buckets_per_octave=self.buckets_per_octave, octaves=self.octaves,
+                metric_name=f"tfps.metrics.AUC({self.name})"))
             first += part.shape[0]
         return tf.group(updates)
 
@@ -144,7 +165,8 @@ class AUC(keras.metrics.Metric):
         self.histogram.assign(tf.zeros_like(self.histogram))
 
     def get_config(self):
-        return {**super().get_config(), "num_buckets": self.num_buckets, "curve": self.curve}
+        return {**super().get_config(), "buckets_per_octave": self.buckets_per_octave,
+                "octaves": self.octaves, "curve": self.curve}
 
 
 class BinaryLogLoss(keras.metrics.Metric):
@@ -229,7 +251,7 @@ class GroupAUC(keras.metrics.Metric):
 
     def __init__(self, num_buckets=256, name="group_auc", dtype=None, **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
-        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 2:
+        if not _is_int(num_buckets) or num_buckets < 2:
             raise ValueError(f"tfps.metrics.GroupAUC: num_buckets must be an int >= 2, got {num_buckets!r}")
         from tfps.sharded_table import ShardedTable  # the op library is needed only here
         from tfps import initializers, optimizers

@@ -19,23 +19,45 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 
+// Buckets follow a prediction's distance d = min(p, 1 - p) to the nearer end, on a
+// log-linear scale: each octave of d ([1/4, 1/2), [1/8, 1/4), ...) holds buckets_per_octave
+// equal buckets, so a bucket is narrower than d / buckets_per_octave and CTR predictions near
+// 0 are ordered as finely (relatively) as any. The float32 bits of d, exponent then
+// mantissa, already are such a scale: the bucket is a shift and a subtraction. 1 - p is exact
+// for p in [1/2, 1], so the two sides mirror exactly.
+struct BucketScale {
+  BucketScale(int64_t buckets_per_octave, int64_t octaves) {
+    const int32_t precision_bits = __builtin_ctzll(static_cast<uint64_t>(buckets_per_octave));
+    shift = 23 - precision_bits;
+    // d in [2^-(octaves + 1), 2^-octaves) has exponent field 126 - octaves: bucket 0.
+    offset = static_cast<int32_t>((126 - octaves) << precision_bits);
+    per_side = static_cast<int32_t>(octaves * buckets_per_octave);
+  }
+  int32_t shift, offset, per_side;
+};
+
 // Pass one: slots[i] = 2 * bucket + (label == 0), checking every input without a branch so
 // that it vectorizes (AVX2 where the CPU has it, chosen at load time). Returns whether every
 // input is valid; *hard_labels says whether every label is exactly 0 or 1.
 __attribute__((target_clones("avx2", "default")))
-bool SlotAndCheck(const float* y, const float* p, const float* w, int64_t n, int64_t num_buckets,
+bool SlotAndCheck(const float* y, const float* p, const float* w, int64_t n, BucketScale scale,
                   int32_t* slots, bool* hard_labels) {
-  const float scale = static_cast<float>(num_buckets);
-  const int32_t last = static_cast<int32_t>(num_buckets - 1);
+  const int32_t last = 2 * scale.per_side - 1;
   int32_t invalid = 0, soft = 0;
   for (int64_t i = 0; i < n; ++i) {
     // Each comparison with NaN is false, so NaN is invalid.
     invalid |= static_cast<int32_t>(!(p[i] >= 0.0f)) | static_cast<int32_t>(!(p[i] <= 1.0f)) |
                static_cast<int32_t>(!(y[i] >= 0.0f)) | static_cast<int32_t>(!(y[i] <= 1.0f));
     soft |= static_cast<int32_t>(y[i] != 0.0f) & static_cast<int32_t>(y[i] != 1.0f);
-    // Clamping in float first keeps the conversion defined for every valid input.
-    int32_t bucket = static_cast<int32_t>(std::min(p[i] * scale, scale - 1.0f));
-    bucket = bucket < last ? bucket : last;
+    const float distance = std::min(p[i], 1.0f - p[i]);
+    int32_t bits;
+    std::memcpy(&bits, &distance, sizeof(bits));
+    // d below the lowest octave (and -0.0, whose bits are negative) joins bucket 0; d = 1/2
+    // joins the last bucket of its side.
+    int32_t side = (bits >> scale.shift) - scale.offset;
+    side = side > 0 ? side : 0;
+    side = side < scale.per_side - 1 ? side : scale.per_side - 1;
+    const int32_t bucket = p[i] < 0.5f ? side : last - side;
     slots[i] = 2 * bucket + static_cast<int32_t>(y[i] == 0.0f);
   }
   if (w != nullptr) {
@@ -50,8 +72,8 @@ bool SlotAndCheck(const float* y, const float* p, const float* w, int64_t n, int
 
 // Pass two adds the examples whose slot falls in [first_slot, first_slot + num_slots) (a
 // partitioned histogram holds a range of buckets). A hard label touches one count, a soft
-// label both; a bucket's two counts share a cache line. The default histogram (1 MiB)
-// outgrows L2, so counts are prefetched a few examples ahead.
+// label both; a bucket's two counts share a cache line. The default histogram (512 KiB)
+// lives in L2 at best, so counts are prefetched a few examples ahead.
 template <bool kHardLabels, bool kWeighted>
 void AddToHistogram(const float* y, const float* w, const int32_t* slots, int64_t n,
                     int64_t first_slot, int64_t num_slots, double* counts) {
@@ -79,11 +101,21 @@ class HistogramAucUpdateOp : public OpKernel {
  public:
   explicit HistogramAucUpdateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("metric_name", &metric_name_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_buckets", &num_buckets_));
-    // Bucket edges are computed in float32, which resolves at most 2^24 of them.
-    OP_REQUIRES(ctx, num_buckets_ >= 2 && num_buckets_ <= (int64_t{1} << 24),
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("buckets_per_octave", &buckets_per_octave_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("octaves", &octaves_));
+    // A float32 mantissa has 23 bits, and d >= 2^-126 is a normal float.
+    OP_REQUIRES(ctx, buckets_per_octave_ >= 1 && buckets_per_octave_ <= (int64_t{1} << 23) &&
+                         (buckets_per_octave_ & (buckets_per_octave_ - 1)) == 0,
                 absl::InvalidArgumentError(absl::StrCat(
-                    metric_name_, ": num_buckets must be in [2, 2^24], got ", num_buckets_)));
+                    metric_name_, ": buckets_per_octave must be a power of two in [1, 2^23], got ",
+                    buckets_per_octave_)));
+    OP_REQUIRES(ctx, octaves_ >= 1 && octaves_ <= 125 &&
+                         2 * octaves_ * buckets_per_octave_ <= (int64_t{1} << 24),
+                absl::InvalidArgumentError(absl::StrCat(
+                    metric_name_, ": octaves must be in [1, 125] with 2 * octaves * "
+                    "buckets_per_octave <= 2^24, got ", octaves_, " octaves of ",
+                    buckets_per_octave_)));
+    num_buckets_ = 2 * octaves_ * buckets_per_octave_;
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -106,7 +138,8 @@ class HistogramAucUpdateOp : public OpKernel {
     Tensor slots;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_INT32, {n}, &slots));
     bool hard_labels = false;
-    if (!SlotAndCheck(y, p, w, n, num_buckets_, slots.flat<int32_t>().data(), &hard_labels)) {
+    if (!SlotAndCheck(y, p, w, n, BucketScale(buckets_per_octave_, octaves_),
+                      slots.flat<int32_t>().data(), &hard_labels)) {
       ctx->CtxFailure(FirstInvalidInput(y, p, w, n));
       return;
     }
@@ -163,7 +196,7 @@ class HistogramAucUpdateOp : public OpKernel {
 
  private:
   std::string metric_name_;
-  int64_t num_buckets_ = 0;
+  int64_t buckets_per_octave_ = 0, octaves_ = 0, num_buckets_ = 0;
 };
 
 REGISTER_KERNEL_BUILDER(Name("Tfps>HistogramAucUpdate").Device(::tensorflow::DEVICE_CPU),

@@ -13,7 +13,8 @@ REGISTER_OP("Tfps>HistogramAucUpdate")
     .Input("predictions: float")
     .Input("weights: float")
     .Input("first_bucket: int64")
-    .Attr("num_buckets: int >= 2")
+    .Attr("buckets_per_octave: int")
+    .Attr("octaves: int")
     .Attr("metric_name: string = 'AUC'")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
@@ -23,9 +24,13 @@ REGISTER_OP("Tfps>HistogramAucUpdate")
       return c->WithRank(c->input(4), 0, &unused);
     })
     .Doc(R"doc(
-Adds weighted examples (an empty weights tensor weighs each example 1) to an AUC histogram variable of shape [num_buckets, 2] (float64):
-column 0 gets weight * label, column 1 weight * (1 - label), in bucket
-min(floor(prediction * num_buckets), num_buckets - 1). Validates every input first and
+Adds weighted examples (an empty weights tensor weighs each example 1) to an AUC histogram
+variable of shape [num_buckets, 2] (float64), num_buckets = 2 * octaves * buckets_per_octave:
+column 0 gets weight * label, column 1 weight * (1 - label). Buckets are log-linear in the
+distance d = min(p, 1 - p) to the nearer end: each octave of d ([1/4, 1/2), [1/8, 1/4), ...,
+[2^-(octaves + 1), 2^-octaves)) holds buckets_per_octave equal buckets, smaller d joining the
+end bucket; predictions below 1/2 fill buckets [0, num_buckets / 2) in ascending order and
+the rest mirror them in [num_buckets / 2, num_buckets). Validates every input first and
 changes nothing if any prediction or label is outside [0, 1] or NaN, or a weight is
 negative or not finite.
 A histogram split over several variables (a partitioned variable) is updated with one op
