@@ -422,8 +422,7 @@ bool Table::DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>
 }
 
 void PopulateInParallel(void* begin, int64_t bytes, const ParallelFor& parallel_for) {
-  constexpr int64_t kPiece = int64_t{1} << 22, kWorthIt = int64_t{1} << 23;
-  if (bytes < kWorthIt) return;
+  constexpr int64_t kPiece = int64_t{1} << 22;
   char* base = static_cast<char*>(begin);
   parallel_for((bytes + kPiece - 1) / kPiece, kPiece / 8, [&](int64_t p0, int64_t p1) {
     const int64_t from = p0 * kPiece, to = std::min(bytes, p1 * kPiece);

@@ -40,8 +40,7 @@ using ParallelFor =
 
 // Backs the pages of [begin, begin + bytes) before it is written, each thread a
 // contiguous piece. Rows are written to an output in key order, so into fresh memory every
-// thread would fault pages all over it and they would contend for them. Ranges under
-// 8 MiB are left alone: they come from reused heap memory.
+// thread would fault pages all over it and they would contend for them.
 void PopulateInParallel(void* begin, int64_t bytes, const ParallelFor& parallel_for);
 
 // Runs everything on the calling thread.

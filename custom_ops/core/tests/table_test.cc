@@ -332,7 +332,7 @@ void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
 }
 
 void TestPopulateForWriteKeepsContents() {
-  // Small: one call; large (over the 8 MiB PopulateInParallel leaves alone): threaded pieces.
+  // Small: one call; large (several 4 MiB pieces): PopulateInParallel, threaded.
   for (size_t size : {size_t{3 * 4096 + 100}, size_t{(9 << 20) + 4096 * 3 + 100}}) {
     std::vector<char> buffer(size);
     for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<char>(i * 31);

@@ -11,7 +11,7 @@
 namespace tfps {
 namespace {
 
-constexpr int64_t kCachedFromBytes = int64_t{8} << 20;
+constexpr int64_t kLargeOutputBytes = int64_t{8} << 20;
 
 class CachedBlockAllocator : public ::tensorflow::Allocator {
  public:
@@ -43,20 +43,22 @@ CachedBlockAllocator* RowOutputAllocator() {
 absl::Status AllocateRowOutput(::tensorflow::OpKernelContext* ctx, int index,
                                const ::tensorflow::TensorShape& shape, ::tensorflow::Tensor** out) {
   const int64_t bytes = shape.num_elements() * int64_t{sizeof(float)};
-  CachedBlockAllocator* allocator = RowOutputAllocator();
-  if (allocator != nullptr && bytes >= kCachedFromBytes) {
-    ::tensorflow::Tensor rows(allocator, ::tensorflow::DT_FLOAT, shape);
-    if (rows.IsInitialized()) {
-      ctx->set_output(index, rows);
-      *out = ctx->mutable_output(index);
+  // Small outputs come from the op's allocator, whose heap hands back backed memory.
+  if (bytes < kLargeOutputBytes) return ctx->allocate_output(index, shape, out);
+  ::tensorflow::Tensor* rows = nullptr;
+  bool backed = false;
+  if (CachedBlockAllocator* allocator = RowOutputAllocator()) {
+    ::tensorflow::Tensor cached(allocator, ::tensorflow::DT_FLOAT, shape);
+    if (cached.IsInitialized()) {
+      ctx->set_output(index, cached);
+      rows = ctx->mutable_output(index);
       // A reused block is backed already; backing it again would walk every page for nothing.
-      void* data = (*out)->data();
-      if (!allocator->WasReused(data)) PopulateInParallel(data, bytes, DeviceParallelFor(ctx));
-      return absl::OkStatus();
+      backed = allocator->WasReused(rows->data());
     }
   }
-  TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, out));
-  PopulateInParallel((*out)->data(), bytes, DeviceParallelFor(ctx));
+  if (rows == nullptr) TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, &rows));
+  if (!backed) PopulateInParallel(rows->data(), bytes, DeviceParallelFor(ctx));
+  *out = rows;
   return absl::OkStatus();
 }
 
