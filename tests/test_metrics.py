@@ -78,7 +78,7 @@ def test_each_prediction_lands_in_its_documented_bucket(run, buckets_per_octave,
              np.float32(2 ** -17) * (1 + 2 ** -10), 2 ** -126, 2 ** -149, -0.0]
     scores = np.concatenate([near_an_end, 1 - near_an_end, rng.random(30_000), edges]).astype(np.float32)
     labels = (rng.random(len(scores)) < 0.4).astype(np.float32)
-    metric = tfps.metrics.AUC(buckets_per_octave=buckets_per_octave, octaves=octaves)
+    metric = tfps.metrics.AUC(num_buckets=2 * octaves * buckets_per_octave, octaves=octaves)
     evaluate(metric, run, labels, scores)
     buckets = log_linear_buckets(scores, buckets_per_octave, octaves)
     want = np.stack([np.bincount(buckets, labels, minlength=metric.num_buckets),
@@ -163,27 +163,29 @@ def test_bad_labels_weights_and_arguments_are_rejected(run):
     with pytest.raises(tf.errors.InvalidArgumentError, match="sample_weight must be >= 0"):
         run(lambda t, p, w: metric.update_state(t, p, w), tf.constant([1.0]), tf.constant([0.5]),
             tf.constant([-1.0]))
-    for bad in (0, 3, 1 << 24, 2.0, True):
-        with pytest.raises(ValueError, match=r"buckets_per_octave must be a power of two in \[1, 2\*\*23\]"):
-            tfps.metrics.AUC(buckets_per_octave=bad)
+    # With 16 octaves: 32, 64, 128, ..., 2**24.
+    for bad in (0, -32, 16, 48, 200, 65536 + 32, 1 << 25, 32768.0, True, "32768"):
+        with pytest.raises(ValueError, match=r"num_buckets must be 2 \* octaves times a power of two, at most "
+                                             r"2\*\*24 \(with 16 octaves: 32, 64, 128, 256, \.\.\., 16777216\), got"):
+            tfps.metrics.AUC(num_buckets=bad)
+    with pytest.raises(ValueError, match=r"with 3 octaves: 6, 12, 24, 48, \.\.\., 12582912\), got 32768"):
+        tfps.metrics.AUC(octaves=3)
     for bad in (0, 126, 1.5, False):
         with pytest.raises(ValueError, match=r"octaves must be an int in \[1, 125\]"):
             tfps.metrics.AUC(octaves=bad)
-    with pytest.raises(ValueError, match=r"2 \* octaves \* buckets_per_octave <= 2\*\*24, got 3 octaves of 4194304"):
-        tfps.metrics.AUC(buckets_per_octave=1 << 22, octaves=3)
     with pytest.raises(ValueError, match="curve must be 'ROC' or 'PR'"):
         tfps.metrics.AUC(curve="lift")
 
 
 def test_reset_state_and_config_round_trip():
-    metric = tfps.metrics.AUC(buckets_per_octave=64, octaves=8, curve="PR", name="pr")
+    metric = tfps.metrics.AUC(num_buckets=1024, octaves=8, curve="PR", name="pr")
     metric.update_state([1.0, 0.0], [0.9, 0.1])
     assert float(metric.result()) == 1.0
     metric.reset_state()
     assert float(metric.result()) == 0.0
     clone = tfps.metrics.AUC.from_config(metric.get_config())
-    assert (clone.buckets_per_octave, clone.octaves, clone.curve, clone.name) == (64, 8, "PR", "pr")
-    assert clone.num_buckets == clone.histogram.shape[0] == 1024
+    assert (clone.num_buckets, clone.octaves, clone.curve, clone.name) == (1024, 8, "PR", "pr")
+    assert clone.buckets_per_octave == 64 and clone.histogram.shape[0] == 1024
     for cls in (tfps.metrics.BinaryLogLoss, tfps.metrics.CalibrationRatio, tfps.metrics.GroupAUC):
         m = cls(name="x")
         assert cls.from_config(m.get_config()).get_config() == m.get_config()

@@ -103,40 +103,42 @@ class AUC(keras.metrics.Metric):
 
     Buckets follow a prediction's distance d = min(p, 1 - p) to the nearer end on a
     log-linear scale: each octave of d ([1/4, 1/2), [1/8, 1/4), ...) holds
-    `buckets_per_octave` equal buckets, down to d = 2^-(octaves + 1); predictions nearer
-    an end share its end bucket. A bucket is thus narrower than d / buckets_per_octave, so
-    CTR predictions around 1e-3 are ordered as finely, relative to their size, as those
-    around 0.3; equal-width buckets lose most of their resolution there. The defaults
+    num_buckets / (2 * octaves) equal buckets, down to d = 2^-(octaves + 1); predictions
+    nearer an end share its end bucket. A bucket is thus narrower than d * 2 * octaves /
+    num_buckets (d / 1024 by default), so CTR predictions around 1e-3 are ordered as
+    finely, relative to their size, as those around 0.3; equal-width buckets lose most of
+    their resolution there. The defaults
     (32768 buckets, 512 KiB) give results within 1e-4 of the exact AUC on well-spread
     predictions and on predictions crowded near 0. Pairs in the same bucket count one
     half. One class only gives 0.5 (ROC) or 0 (PR); all predictions equal gives 0.5 (ROC)
     and the positive rate (PR).
 
     Args:
-      buckets_per_octave: buckets per halving of d, a power of two.
-      octaves: halvings of d resolved below 1/2 (the default resolves d >= 2^-17).
+      num_buckets: histogram buckets, 2 * octaves times a power of two (at most 2^24).
       curve: "ROC" or "PR" (average precision).
       name: metric name.
+      octaves: halvings of d resolved below 1/2 (the default resolves d >= 2^-17).
     """
 
-    def __init__(self, buckets_per_octave=1024, octaves=16, curve="ROC", name="auc", dtype=None,
+    def __init__(self, num_buckets=32768, curve="ROC", name="auc", octaves=16, dtype=None,
                  **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
-        if (not _is_int(buckets_per_octave) or not 1 <= buckets_per_octave <= 1 << 23
-                or buckets_per_octave & (buckets_per_octave - 1)):
-            raise ValueError("tfps.metrics.AUC: buckets_per_octave must be a power of two in "
-                             f"[1, 2**23], got {buckets_per_octave!r}")
-        if (not _is_int(octaves) or not 1 <= octaves <= 125
-                or 2 * octaves * buckets_per_octave > _MAX_BUCKETS):
-            raise ValueError("tfps.metrics.AUC: octaves must be an int in [1, 125] with "
-                             "2 * octaves * buckets_per_octave <= 2**24, got "
-                             f"{octaves!r} octaves of {buckets_per_octave!r} buckets")
+        if not _is_int(octaves) or not 1 <= octaves <= 125:
+            raise ValueError(f"tfps.metrics.AUC: octaves must be an int in [1, 125], got {octaves!r}")
+        sides = 2 * octaves
+        per_octave, remainder = divmod(num_buckets, sides) if _is_int(num_buckets) else (0, 1)
+        if remainder or not 1 <= per_octave <= _MAX_BUCKETS // sides or per_octave & (per_octave - 1):
+            valid = [sides << k for k in range(24) if sides << k <= _MAX_BUCKETS]
+            raise ValueError(
+                "tfps.metrics.AUC: num_buckets must be 2 * octaves times a power of two, at most "
+                f"2**24 (with {octaves} octaves: {', '.join(map(str, valid[:4]))}, ..., {valid[-1]}), "
+                f"got {num_buckets!r}")
         curve = str(curve).upper()
         if curve not in ("ROC", "PR"):
             raise ValueError(f"tfps.metrics.AUC: curve must be 'ROC' or 'PR', got {curve!r}")
-        self.buckets_per_octave = buckets_per_octave
+        self.num_buckets = num_buckets
         self.octaves = octaves
-        self.num_buckets = 2 * octaves * buckets_per_octave
+        self.buckets_per_octave = per_octave
         self.curve = curve
         self.histogram = _sum_variable(self, "histogram", [self.num_buckets, 2])
 
@@ -165,8 +167,8 @@ class AUC(keras.metrics.Metric):
         self.histogram.assign(tf.zeros_like(self.histogram))
 
     def get_config(self):
-        return {**super().get_config(), "buckets_per_octave": self.buckets_per_octave,
-                "octaves": self.octaves, "curve": self.curve}
+        return {**super().get_config(), "num_buckets": self.num_buckets, "curve": self.curve,
+                "octaves": self.octaves}
 
 
 class BinaryLogLoss(keras.metrics.Metric):
