@@ -5,6 +5,7 @@
 #define TFPS_CORE_STRIPE_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <shared_mutex>
@@ -23,6 +24,7 @@ constexpr uint8_t kEmpty = 0x80;
 constexpr uint8_t kDeleted = 0xFE;
 constexpr size_t kGroup = 16;
 constexpr size_t kMinCapacity = kGroup;
+constexpr size_t kMaxLoad32nds = 28;  // the index grows beyond this load
 constexpr uint64_t kFirstChunkRows = 16;
 constexpr size_t kBackedPieceBytes = size_t{64} << 10;
 constexpr int kCursorRowBits = 40;
@@ -74,15 +76,17 @@ inline uint32_t ClampToU32(int64_t v) {
 }
 
 struct Stripe {
-  // Stripes fill at the same pace under well-spread keys, so with one load limit they
-  // would all rebuild their index in the same call. Limits from 25/32 to 28/32 by stripe
-  // spread those rebuilds over a 12% range of table sizes (several calls) instead.
-  Stripe(RegionAllocator* row_memory, int stripe_index)
-      : row_memory(row_memory), max_load_32nds(28 - stripe_index % 4) {}
+  // Stripes fill at the same pace under well-spread keys, so indexes that all doubled
+  // through powers of two would all rebuild in the same call (a stall of a rebuild of the
+  // whole table). Each stripe's index instead takes the sizes growth_phase * 2^k groups,
+  // with phases spread evenly (in log scale) over [1, 2) across the stripes: while the
+  // table doubles, every call rebuilds about the same share of it.
+  Stripe(RegionAllocator* row_memory, int stripe_index, int num_stripes)
+      : row_memory(row_memory), growth_phase(std::exp2(static_cast<double>(stripe_index) / num_stripes)) {}
 
   mutable std::shared_mutex mu;
   RegionAllocator* row_memory;  // the table's; chunks are released with it
-  const size_t max_load_32nds;  // the index grows beyond this load
+  const double growth_phase;
   uint8_t* ctrl = nullptr;
   uint32_t* slot_rows = nullptr;
   size_t capacity = 0;
@@ -104,9 +108,22 @@ struct Stripe {
     const size_t c = ChunkOf(r);
     return chunks[c] + (r - ChunkFirstRow(c)) * row_bytes;
   }
-  bool OverLoaded(size_t used_slots, size_t index_capacity) const {
-    return used_slots * 32 > index_capacity * max_load_32nds;
+  static bool OverLoaded(size_t used_slots, size_t index_capacity) {
+    return used_slots * 32 > index_capacity * kMaxLoad32nds;
   }
+  // The next index size of this stripe's sequence after `index_capacity`.
+  size_t GrownCapacity(size_t index_capacity) const {
+    for (int level = 1;; ++level) {
+      const size_t groups = static_cast<size_t>(std::ldexp(growth_phase, level));
+      if (groups * kGroup > index_capacity) return groups * kGroup;
+    }
+  }
+  // Group counts need not be powers of two: a hash maps to its home group by a
+  // multiply-shift of 32 of its bits, and probing steps through the groups in turn.
+  size_t HomeGroup(uint64_t hash) const {
+    return static_cast<size_t>((((hash >> 7) & 0xffffffffu) * (capacity / kGroup)) >> 32);
+  }
+  size_t NextGroup(size_t g) const { return g + 1 == capacity / kGroup ? 0 : g + 1; }
   bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
 
   void ResetIndex(size_t new_capacity) {
@@ -131,10 +148,8 @@ struct Stripe {
 
   // Slot holding `key`, or -1.
   int64_t FindSlot(uint64_t key, uint64_t hash, size_t row_bytes) const {
-    const size_t mask = capacity / kGroup - 1;
     const uint8_t h2 = hash & 0x7f;
-    size_t g = (hash >> 7) & mask;
-    for (size_t probe = 1;; ++probe) {
+    for (size_t g = HomeGroup(hash);; g = NextGroup(g)) {
       const uint8_t* group = ctrl + g * kGroup;
       for (uint32_t m = MatchByte(group, h2); m != 0; m &= m - 1) {
         const size_t slot = g * kGroup + LowestBit(m);
@@ -142,12 +157,11 @@ struct Stripe {
         if (header->key == key) return static_cast<int64_t>(slot);
       }
       if (MatchByte(group, kEmpty) != 0) return -1;
-      g = (g + probe) & mask;
     }
   }
 
   void PrefetchGroup(uint64_t hash) const {
-    const size_t g = (hash >> 7) & (capacity / kGroup - 1);
+    const size_t g = HomeGroup(hash);
     __builtin_prefetch(ctrl + g * kGroup);
     __builtin_prefetch(slot_rows + g * kGroup);
   }
@@ -155,19 +169,16 @@ struct Stripe {
   // Prefetches the first `bytes` of the row of the first hash-fragment match in the key's
   // home group, which is the key's row in nearly every case.
   void PrefetchLikelyRow(uint64_t hash, size_t row_bytes, size_t bytes) const {
-    const size_t g = (hash >> 7) & (capacity / kGroup - 1);
+    const size_t g = HomeGroup(hash);
     const uint32_t m = MatchByte(ctrl + g * kGroup, hash & 0x7f);
     if (m != 0) PrefetchLines(Row(slot_rows[g * kGroup + LowestBit(m)], row_bytes), bytes);
   }
 
   // First empty or deleted slot on the probe path of `hash`.
   size_t FreeSlot(uint64_t hash) const {
-    const size_t mask = capacity / kGroup - 1;
-    size_t g = (hash >> 7) & mask;
-    for (size_t probe = 1;; ++probe) {
+    for (size_t g = HomeGroup(hash);; g = NextGroup(g)) {
       const uint32_t m = MatchFree(ctrl + g * kGroup);
       if (m != 0) return g * kGroup + LowestBit(m);
-      g = (g + probe) & mask;
     }
   }
 
@@ -192,7 +203,7 @@ struct Stripe {
   // while they arrive.
   void Reserve(size_t expected_size, size_t row_bytes) {
     size_t new_capacity = capacity;
-    while (OverLoaded(expected_size + tombstones + 1, new_capacity)) new_capacity *= 2;
+    while (OverLoaded(expected_size + tombstones + 1, new_capacity)) new_capacity = GrownCapacity(new_capacity);
     if (new_capacity != capacity) Rehash(new_capacity, row_bytes);
   }
 
@@ -231,8 +242,10 @@ struct Stripe {
       return Row(slot_rows[found], row_bytes);
     }
     if (OverLoaded(size + tombstones + 1, capacity)) {
-      // Grow when at least half of the load budget is live; otherwise only sweep tombstones.
-      Rehash(size * 64 >= capacity * max_load_32nds ? capacity * 2 : capacity, row_bytes);
+      // Only sweep tombstones while live keys leave a quarter of the load budget free, so
+      // a stripe refilled after removals keeps its index; otherwise grow.
+      const bool room_after_sweep = size * 32 * 4 <= capacity * kMaxLoad32nds * 3;
+      Rehash(room_after_sweep ? capacity : GrownCapacity(capacity), row_bytes);
     }
     const size_t slot = FreeSlot(hash);
     if (ctrl[slot] == kDeleted) --tombstones;

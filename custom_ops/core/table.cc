@@ -132,7 +132,7 @@ Table::Table(const TableConfig& config) : config_(config), row_memory_(config.hu
   const int stripes = 1 << config.log2_stripes;
   stripes_.reserve(stripes);
   for (int i = 0; i < stripes; ++i) {
-    stripes_.push_back(std::make_unique<Stripe>(&row_memory_, i));
+    stripes_.push_back(std::make_unique<Stripe>(&row_memory_, i, stripes));
     stripes_.back()->ResetIndex(kMinCapacity);
   }
 }
@@ -371,7 +371,7 @@ int64_t Table::MemoryBytes() const {
     total += static_cast<int64_t>(s->free_rows.capacity() * sizeof(uint32_t) +
                                   s->live.capacity() * sizeof(uint64_t));
   }
-  return total + static_cast<int64_t>(row_memory_.MappedBytes());
+  return total + RowMemoryBytes();
 }
 
 ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {

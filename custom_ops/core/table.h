@@ -8,7 +8,9 @@
 // beside a 32-bit row number. Occupancy lives in the control bytes, so every 64-bit key,
 // including 0 and -1, is an ordinary key. A row is [key | count | last step | value |
 // slots (| Adam step)], contiguous; rows never move, so growing rehashes only 5 bytes per
-// key and never copies values.
+// key and never copies values. Each stripe's index grows through its own staggered sizes
+// (not powers of two), so while the table doubles its stripes' rebuilds spread evenly
+// over the calls instead of landing together.
 //
 // Batch calls group keys by stripe (a stable counting sort), then hand whole stripes to a
 // parallel-for, taking each stripe's lock once per call.
@@ -121,6 +123,8 @@ class Table {
   int64_t Size() const;
   // Bytes held by the index and mapped for rows (mapped, not necessarily touched).
   int64_t MemoryBytes() const;
+  // Of those, the bytes mapped for rows.
+  int64_t RowMemoryBytes() const { return static_cast<int64_t>(row_memory_.MappedBytes()); }
 
   // Up to max_rows rows starting at `cursor` (0 to begin). Each stripe is read under its
   // lock; rows changed by concurrent calls between chunks may be seen in either state.

@@ -1,4 +1,5 @@
 // Plain C++ tests of the TF-free table core. Exit status 0 means every check passed.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -132,10 +133,11 @@ void TestGrowthRemoveAndReinsert() {
   present = 0;
   for (int64_t i = 0; i < n; ++i) present += exists[i] == (i >= n / 2);
   CHECK_TRUE(present == n);
-  // Removed rows are recycled: reinsertion must not grow the arena.
-  const int64_t bytes = t.MemoryBytes();
+  // Removed rows are recycled: reinsertion must not grow the arena (an index crowded
+  // with tombstones may grow).
+  const int64_t row_bytes = t.RowMemoryBytes();
   t.FindOrInsert(keys.data(), n / 2, found.data(), kSerial);
-  CHECK_TRUE(t.MemoryBytes() == bytes);
+  CHECK_TRUE(t.RowMemoryBytes() == row_bytes);
   CHECK_TRUE(t.Size() == n);
   t.Clear();
   CHECK_TRUE(t.Size() == 0);
@@ -187,29 +189,41 @@ void TestFiniteCheckCoversEveryPosition() {
   CHECK_TRUE(t.Size() == n);
 }
 
-// Neighbouring stripes grow their index at different loads (28/32 down to 25/32), so
-// stripes filled at the same pace do not all rebuild in the same call.
-void TestStripesGrowAtStaggeredLoads() {
+// Stripes grow their index through staggered sizes, so stripes filled at the same pace do
+// not all rebuild in the same call: while they double, their rebuilds spread over the range.
+void TestStripesGrowThroughStaggeredSizes() {
   RegionAllocator rows(false);
   const size_t row_bytes = 64;
-  std::vector<size_t> first_size_after_growth;
-  for (int index = 0; index < 4; ++index) {
-    Stripe s(&rows, index);
-    s.ResetIndex(1024);
+  const int num_stripes = 256;
+  std::vector<size_t> growth_size_in_doubling;  // per stripe: the size that outgrew its index
+  for (int index = 0; index < num_stripes; index += 32) {
+    Stripe s(&rows, index, num_stripes);
+    s.ResetIndex(kMinCapacity);
     bool inserted = false;
-    for (uint64_t key = 1; s.capacity == 1024; ++key) {
+    size_t last_capacity = s.capacity;
+    for (uint64_t key = 1; key <= 16384; ++key) {
       s.FindOrAddRow(key, TableHash(key), row_bytes, &inserted);
       CHECK_TRUE(inserted);
+      if (s.capacity == last_capacity) continue;
+      // Growth comes when the load passes 7/8, to a size of whole groups, about double.
+      CHECK_TRUE(s.size == last_capacity * 7 / 8 + 1);
+      CHECK_TRUE(s.capacity % kGroup == 0);
+      if (last_capacity >= 64 * kGroup) CHECK_TRUE(s.capacity >= 1.95 * last_capacity && s.capacity <= 2.05 * last_capacity);
+      if (s.size > 4096 && s.size <= 8192) growth_size_in_doubling.push_back(s.size);
+      last_capacity = s.capacity;
     }
-    first_size_after_growth.push_back(s.size);
-    // Every key is still found after the rebuild.
+    // Every key is still found after the rebuilds, and no absent key is.
     for (uint64_t key = 1; key <= s.size; ++key) CHECK_TRUE(s.FindSlot(key, TableHash(key), row_bytes) >= 0);
-    CHECK_TRUE(s.capacity == 2048);
+    for (uint64_t key = s.size + 1; key <= s.size + 1000; ++key) CHECK_TRUE(s.FindSlot(key, TableHash(key), row_bytes) < 0);
     s.FreeAll();
   }
-  for (int index = 0; index < 4; ++index) {
-    // The key that overflows the limit triggers the growth: size is limit + 1.
-    CHECK_TRUE(first_size_after_growth[index] == 1024 * (28 - index) / 32 + 1);
+  // Each of the 8 stripes rebuilt once while the size doubled from 4096, each at its own
+  // size, and they cover most of the doubling: 2^(1/8) apart.
+  CHECK_TRUE(growth_size_in_doubling.size() == 8);
+  std::sort(growth_size_in_doubling.begin(), growth_size_in_doubling.end());
+  for (size_t i = 1; i < growth_size_in_doubling.size(); ++i) {
+    const double ratio = static_cast<double>(growth_size_in_doubling[i]) / growth_size_in_doubling[i - 1];
+    CHECK_TRUE(ratio > 1.07 && ratio < 1.11);
   }
 }
 
@@ -377,7 +391,7 @@ int main() {
   tfps::TestGrowthRemoveAndReinsert();
   tfps::TestNonFiniteGradientRejectsWholeApply();
   tfps::TestFiniteCheckCoversEveryPosition();
-  tfps::TestStripesGrowAtStaggeredLoads();
+  tfps::TestStripesGrowThroughStaggeredSizes();
   tfps::TestExportImportRoundTrip();
   tfps::TestConcurrentStressMatchesReplay();
   std::printf("table_test: %d checks, %d failed\n", tfps::checks, tfps::failures);
