@@ -206,6 +206,27 @@ def test_import_rows_round_trip_into_another_table(run):
         np.testing.assert_array_equal(a.numpy()[order_a], b.numpy()[order_b])
 
 
+@pytest.mark.parametrize("dim,n", [(16, 500), (64, 500), (64, 40_000)])
+def test_rows_of_whole_cache_lines_read_back_exactly(run, dim, n):
+    # Rows of 16 floats or a multiple fill whole cache lines, which the ops write out with
+    # streaming stores; 40K rows at dim 64 (10 MB) also take the large-output path.
+    table = tfps.DynamicTable(dim, optimizer="sgd", seed=4)
+    rng = np.random.default_rng(dim + n)
+    keys = random_keys(n, seed=n)
+    stored = rng.normal(size=(n, dim)).astype(np.float32)
+    run(table.insert, tf.constant(keys), tf.constant(stored))
+    missing = random_keys(n // 4, seed=n + 1)
+    query = np.concatenate([keys, missing, keys[:7]])
+    order = rng.permutation(len(query))
+    want = np.concatenate([stored, np.stack([reference.initial_row(int(k), dim, 4, "uniform", -0.05, 0.05)
+                                             for k in missing]), stored[:7]])[order]
+    values, exists = run(lambda k: table.find(k, return_exists=True), tf.constant(query[order]))
+    np.testing.assert_array_equal(values, want)
+    np.testing.assert_array_equal(exists, (order < n) | (order >= n + len(missing)))
+    np.testing.assert_array_equal(run(table.find_or_insert, tf.constant(query[order])), want)
+    assert int(table.size()) == n + len(missing)
+
+
 def test_large_batches_grow_the_table_and_keep_every_row():
     # 300K keys at dim 8 is a 9.6 MB output, large enough that the op pre-faults it.
     table = tfps.DynamicTable(8, optimizer="sgd", seed=8)

@@ -28,6 +28,34 @@ bool AllFinite(const float* x, int64_t n) {
   return non_finite == 0;
 }
 
+// Output rows that fill whole cache lines are written with streaming stores, which skip
+// reading each line before overwriting it: half the memory traffic of a large output
+// written in scattered order. The caller reads the output only after the call.
+bool StreamsRows(const float* out, int dim) {
+#if defined(__SSE2__)
+  return dim % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 64 == 0;
+#else
+  return false;
+#endif
+}
+
+void CopyRowOut(bool stream, const float* value, int dim, float* out) {
+#if defined(__SSE2__)
+  if (stream) {
+    for (int k = 0; k < dim; k += 4) _mm_stream_ps(out + k, _mm_loadu_ps(value + k));
+    return;
+  }
+#endif
+  std::memcpy(out, value, dim * sizeof(float));
+}
+
+// Streaming stores are weakly ordered: fence them before the work item reports done.
+void FenceStreamedRows(bool stream) {
+#if defined(__SSE2__)
+  if (stream) _mm_sfence();
+#endif
+}
+
 // Visits a stripe's keys in order while the index groups and rows of keys further ahead
 // are being fetched, so a lookup waits on memory once per many keys instead of three
 // times per key. body(j) handles key j of the batch; prefetch(j) may fetch its own data.
@@ -219,6 +247,7 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
+  const bool stream = StreamsRows(values, dim);
   ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::shared_lock<std::shared_mutex> lock(s.mu);
@@ -227,13 +256,15 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
       float* out = values + i * dim;
       const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
       if (slot >= 0) {
-        std::memcpy(out, layout.View(s.Row(s.slot_rows[slot], row_bytes_)).value,
-                    dim * sizeof(float));
+        CopyRowOut(stream, layout.View(s.Row(s.slot_rows[slot], row_bytes_)).value, dim, out);
       } else {
         InitializeValue(config_, batch.keys[j], out);
       }
       if (exists != nullptr) exists[i] = slot >= 0;
-    }, [&](int64_t j) { PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float)); });
+    }, [&](int64_t j) {
+      if (!stream) PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float));
+    });
+    FenceStreamedRows(stream);
   });
 }
 
@@ -242,6 +273,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
+  const bool stream = StreamsRows(values, dim);
   ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
@@ -250,8 +282,11 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
     PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
       const int64_t i = batch.order[j];
       const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
-      std::memcpy(values + i * dim, row.value, dim * sizeof(float));
-    }, [&](int64_t j) { PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float)); });
+      CopyRowOut(stream, row.value, dim, values + i * dim);
+    }, [&](int64_t j) {
+      if (!stream) PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float));
+    });
+    FenceStreamedRows(stream);
   });
 }
 
