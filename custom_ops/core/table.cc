@@ -28,9 +28,7 @@ bool AllFinite(const float* x, int64_t n) {
   return non_finite == 0;
 }
 
-// Output rows that fill whole cache lines are written with streaming stores, which skip
-// reading each line before overwriting it: half the memory traffic of a large output
-// written in scattered order. The caller reads the output only after the call.
+// Whether a call's output rows fill whole cache lines, so RowWriter<true> may write them.
 bool StreamsRows(const float* out, int dim) {
 #if defined(__SSE2__)
   return dim % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 64 == 0;
@@ -39,22 +37,31 @@ bool StreamsRows(const float* out, int dim) {
 #endif
 }
 
-void CopyRowOut(bool stream, const float* value, int dim, float* out) {
-#if defined(__SSE2__)
-  if (stream) {
-    for (int k = 0; k < dim; k += 4) _mm_stream_ps(out + k, _mm_loadu_ps(value + k));
-    return;
+// Writes rows to a call's output. With kStream, by streaming stores, which skip reading
+// each line before overwriting it: half the memory traffic of a large output written in
+// scattered order (the caller reads the output only after the call). Otherwise each row's
+// lines are fetched a few keys ahead and the row is copied.
+template <bool kStream>
+struct RowWriter {
+  static void Prefetch(const float* out, int dim) {
+    if (!kStream) PrefetchLines<1>(out, dim * sizeof(float));
   }
-#endif
-  std::memcpy(out, value, dim * sizeof(float));
-}
-
-// Streaming stores are weakly ordered: fence them before the work item reports done.
-void FenceStreamedRows(bool stream) {
+  static void Copy(const float* value, int dim, float* out) {
 #if defined(__SSE2__)
-  if (stream) _mm_sfence();
+    if (kStream) {
+      for (int k = 0; k < dim; k += 4) _mm_stream_ps(out + k, _mm_loadu_ps(value + k));
+      return;
+    }
 #endif
-}
+    std::memcpy(out, value, dim * sizeof(float));
+  }
+  // Streaming stores are weakly ordered: fence them before the work item reports done.
+  static void Finish() {
+#if defined(__SSE2__)
+    if (kStream) _mm_sfence();
+#endif
+  }
+};
 
 // Visits a stripe's keys in order while the index groups and rows of keys further ahead
 // are being fetched, so a lookup waits on memory once per many keys instead of three
@@ -247,25 +254,30 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
-  const bool stream = StreamsRows(values, dim);
-  ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
-                     [&](Stripe& s, const StripeBatch& batch) {
-    std::shared_lock<std::shared_mutex> lock(s.mu);
-    PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
-      const int64_t i = batch.order[j];
-      float* out = values + i * dim;
-      const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
-      if (slot >= 0) {
-        CopyRowOut(stream, layout.View(s.Row(s.slot_rows[slot], row_bytes_)).value, dim, out);
-      } else {
-        InitializeValue(config_, batch.keys[j], out);
-      }
-      if (exists != nullptr) exists[i] = slot >= 0;
-    }, [&](int64_t j) {
-      if (!stream) PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float));
+  const auto find = [&](auto writer) {
+    using Writer = decltype(writer);
+    ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
+                       [&](Stripe& s, const StripeBatch& batch) {
+      std::shared_lock<std::shared_mutex> lock(s.mu);
+      PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
+        const int64_t i = batch.order[j];
+        float* out = values + i * dim;
+        const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
+        if (slot >= 0) {
+          Writer::Copy(layout.View(s.Row(s.slot_rows[slot], row_bytes_)).value, dim, out);
+        } else {
+          InitializeValue(config_, batch.keys[j], out);
+        }
+        if (exists != nullptr) exists[i] = slot >= 0;
+      }, [&](int64_t j) { Writer::Prefetch(values + batch.order[j] * dim, dim); });
+      Writer::Finish();
     });
-    FenceStreamedRows(stream);
-  });
+  };
+  if (StreamsRows(values, dim)) {
+    find(RowWriter<true>());
+  } else {
+    find(RowWriter<false>());
+  }
 }
 
 void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
@@ -273,21 +285,26 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
-  const bool stream = StreamsRows(values, dim);
-  ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
-                     [&](Stripe& s, const StripeBatch& batch) {
-    std::unique_lock<std::shared_mutex> lock(s.mu);
-    // A batch that could double the stripe (a new or young table) sizes its index at once.
-    if (static_cast<size_t>(batch.count) > s.size) s.Reserve(s.size + batch.count, row_bytes_);
-    PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
-      const int64_t i = batch.order[j];
-      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
-      CopyRowOut(stream, row.value, dim, values + i * dim);
-    }, [&](int64_t j) {
-      if (!stream) PrefetchLines<1>(values + batch.order[j] * dim, dim * sizeof(float));
+  const auto find_or_insert = [&](auto writer) {
+    using Writer = decltype(writer);
+    ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
+                       [&](Stripe& s, const StripeBatch& batch) {
+      std::unique_lock<std::shared_mutex> lock(s.mu);
+      // A batch that could double the stripe (a new or young table) sizes its index at once.
+      if (static_cast<size_t>(batch.count) > s.size) s.Reserve(s.size + batch.count, row_bytes_);
+      PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
+        const int64_t i = batch.order[j];
+        const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
+        Writer::Copy(row.value, dim, values + i * dim);
+      }, [&](int64_t j) { Writer::Prefetch(values + batch.order[j] * dim, dim); });
+      Writer::Finish();
     });
-    FenceStreamedRows(stream);
-  });
+  };
+  if (StreamsRows(values, dim)) {
+    find_or_insert(RowWriter<true>());
+  } else {
+    find_or_insert(RowWriter<false>());
+  }
 }
 
 bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, int64_t step,
