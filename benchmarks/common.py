@@ -1,5 +1,7 @@
 """Helpers shared by the benchmark scripts: key generators, timing, JSON-line output."""
 
+import contextlib
+import gc
 import json
 import os
 import statistics
@@ -31,6 +33,18 @@ def rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Python's garbage collector off while timing, as timeit does: with TensorFlow loaded a
+    full collection takes tens of milliseconds and would land in whichever call it hit."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def median_seconds(fn, repeats=5, setup=None):
     """Median wall time of fn() over `repeats` runs; setup() runs untimed before each.
 
@@ -41,9 +55,10 @@ def median_seconds(fn, repeats=5, setup=None):
     for _ in range(repeats):
         if setup is not None:
             setup()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        with gc_paused():
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
