@@ -28,15 +28,6 @@ bool AllFinite(const float* x, int64_t n) {
   return non_finite == 0;
 }
 
-// Whether a call's output rows fill whole cache lines, so RowWriter<true> may write them.
-bool StreamsRows(const float* out, int dim) {
-#if defined(__SSE2__)
-  return dim % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 64 == 0;
-#else
-  return false;
-#endif
-}
-
 // Writes rows to a call's output. With kStream, by streaming stores, which skip reading
 // each line before overwriting it: half the memory traffic of a large output written in
 // scattered order (the caller reads the output only after the call). Otherwise each row's
@@ -62,6 +53,19 @@ struct RowWriter {
 #endif
   }
 };
+
+// Calls fn(RowWriter<true>()) when the output's rows fill whole cache lines, else
+// fn(RowWriter<false>()): the choice is made once per call, not per row.
+template <typename Fn>
+void WithRowWriter(const float* out, int dim, Fn&& fn) {
+#if defined(__SSE2__)
+  if (dim % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 64 == 0) {
+    fn(RowWriter<true>());
+    return;
+  }
+#endif
+  fn(RowWriter<false>());
+}
 
 // Visits a stripe's keys in order while the index groups and rows of keys further ahead
 // are being fetched, so a lookup waits on memory once per many keys instead of three
@@ -254,7 +258,7 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
-  const auto find = [&](auto writer) {
+  WithRowWriter(values, dim, [&](auto writer) {
     using Writer = decltype(writer);
     ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
@@ -272,12 +276,7 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
       }, [&](int64_t j) { Writer::Prefetch(values + batch.order[j] * dim, dim); });
       Writer::Finish();
     });
-  };
-  if (StreamsRows(values, dim)) {
-    find(RowWriter<true>());
-  } else {
-    find(RowWriter<false>());
-  }
+  });
 }
 
 void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
@@ -285,7 +284,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
-  const auto find_or_insert = [&](auto writer) {
+  WithRowWriter(values, dim, [&](auto writer) {
     using Writer = decltype(writer);
     ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
@@ -299,12 +298,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
       }, [&](int64_t j) { Writer::Prefetch(values + batch.order[j] * dim, dim); });
       Writer::Finish();
     });
-  };
-  if (StreamsRows(values, dim)) {
-    find_or_insert(RowWriter<true>());
-  } else {
-    find_or_insert(RowWriter<false>());
-  }
+  });
 }
 
 bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, int64_t step,
