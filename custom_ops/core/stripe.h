@@ -203,7 +203,9 @@ struct Stripe {
   // while they arrive.
   void Reserve(size_t expected_size, size_t row_bytes) {
     size_t new_capacity = capacity;
-    while (OverLoaded(expected_size + tombstones + 1, new_capacity)) new_capacity = GrownCapacity(new_capacity);
+    while (OverLoaded(expected_size + tombstones + 1, new_capacity)) {
+      new_capacity = GrownCapacity(new_capacity);
+    }
     if (new_capacity != capacity) Rehash(new_capacity, row_bytes);
   }
 

@@ -208,13 +208,17 @@ void TestStripesGrowThroughStaggeredSizes() {
       // Growth comes when the load passes 7/8, to a size of whole groups, about double.
       CHECK_TRUE(s.size == last_capacity * 7 / 8 + 1);
       CHECK_TRUE(s.capacity % kGroup == 0);
-      if (last_capacity >= 64 * kGroup) CHECK_TRUE(s.capacity >= 1.95 * last_capacity && s.capacity <= 2.05 * last_capacity);
+      if (last_capacity >= 64 * kGroup) {
+        CHECK_TRUE(s.capacity >= 1.95 * last_capacity && s.capacity <= 2.05 * last_capacity);
+      }
       if (s.size > 4096 && s.size <= 8192) growth_size_in_doubling.push_back(s.size);
       last_capacity = s.capacity;
     }
     // Every key is still found after the rebuilds, and no absent key is.
     for (uint64_t key = 1; key <= s.size; ++key) CHECK_TRUE(s.FindSlot(key, TableHash(key), row_bytes) >= 0);
-    for (uint64_t key = s.size + 1; key <= s.size + 1000; ++key) CHECK_TRUE(s.FindSlot(key, TableHash(key), row_bytes) < 0);
+    for (uint64_t key = s.size + 1; key <= s.size + 1000; ++key) {
+      CHECK_TRUE(s.FindSlot(key, TableHash(key), row_bytes) < 0);
+    }
     s.FreeAll();
   }
   // Each of the 8 stripes rebuilt once while the size doubled from 4096, each at its own
