@@ -69,19 +69,23 @@ def updater(harness, metric):
     return update_all
 
 
-def measure(harness, metric, labels, scores):
-    update_all = updater(harness, metric)
+def measure(harness, metrics, labels, scores):
+    """Median update time and result of each metric. The metrics take turns, one timed run
+    each per round, so a change in the machine's load falls on all of them alike."""
+    updates = {name: updater(harness, metric) for name, metric in metrics.items()}
     all_labels = tf.constant(labels.reshape(-1, BATCH))
     all_scores = tf.constant(scores.reshape(-1, BATCH))
-    update_all(all_labels, all_scores)  # trace and warm up
-    times = []
+    for update_all in updates.values():
+        update_all(all_labels, all_scores)  # trace and warm up
+    times = {name: [] for name in metrics}
     for _ in range(REPEATS):
-        metric.reset_state()
-        with common.gc_paused():
-            start = time.perf_counter()
-            update_all(all_labels, all_scores)  # returns once every update has run
-            times.append(time.perf_counter() - start)
-    return float(np.median(times)), float(metric.result())
+        for name, update_all in updates.items():
+            metrics[name].reset_state()
+            with common.gc_paused():
+                start = time.perf_counter()
+                update_all(all_labels, all_scores)  # returns once every update has run
+                times[name].append(time.perf_counter() - start)
+    return {name: (float(np.median(times[name])), float(metrics[name].result())) for name in metrics}
 
 
 def main():
@@ -94,10 +98,12 @@ def main():
               "tf_keras.metrics.AUC(num_thresholds=200)": lambda: keras.metrics.AUC(num_thresholds=200)}
     errors = {}
     for harness in ("graph_loop", "graph_unrolled", "eager"):
-        null_s, _ = measure(harness, NullMetric(), labels, scores)
+        measured = measure(harness, {"null": NullMetric(), **{name: make() for name, make in makers.items()}},
+                           labels, scores)
+        null_s = measured.pop("null")[0]
         seconds = {}
-        for name, make in makers.items():
-            seconds[name], value = measure(harness, make(), labels, scores)
+        for name, (median_seconds, value) in measured.items():
+            seconds[name] = median_seconds
             errors[name] = abs(value - exact)
             common.emit({"harness": harness, "metric": name, "predictions": N, "batch": BATCH,
                          "update_seconds": round(seconds[name], 5),
