@@ -26,6 +26,7 @@ using ::tensorflow::Tensor;
 // mantissa, already are such a scale: the bucket is a shift and a subtraction. 1 - p is exact
 // for p in [1/2, 1], so the two sides mirror exactly.
 struct BucketScale {
+  BucketScale() = default;
   BucketScale(int64_t buckets_per_octave, int64_t octaves) {
     const int32_t precision_bits = __builtin_ctzll(static_cast<uint64_t>(buckets_per_octave));
     shift = 23 - precision_bits;
@@ -33,7 +34,7 @@ struct BucketScale {
     offset = static_cast<int32_t>((126 - octaves) << precision_bits);
     per_side = static_cast<int32_t>(octaves * buckets_per_octave);
   }
-  int32_t shift, offset, per_side;
+  int32_t shift = 0, offset = 0, per_side = 0;
 };
 
 // Pass one: slots[i] = 2 * bucket + (label == 0), checking every input without a branch so
@@ -101,21 +102,22 @@ class HistogramAucUpdateOp : public OpKernel {
  public:
   explicit HistogramAucUpdateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("metric_name", &metric_name_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("buckets_per_octave", &buckets_per_octave_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("octaves", &octaves_));
+    int64_t buckets_per_octave = 0, octaves = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("buckets_per_octave", &buckets_per_octave));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("octaves", &octaves));
     // A float32 mantissa has 23 bits, and d >= 2^-126 is a normal float.
-    OP_REQUIRES(ctx, buckets_per_octave_ >= 1 && buckets_per_octave_ <= (int64_t{1} << 23) &&
-                         (buckets_per_octave_ & (buckets_per_octave_ - 1)) == 0,
+    OP_REQUIRES(ctx, buckets_per_octave >= 1 && buckets_per_octave <= (int64_t{1} << 23) &&
+                         (buckets_per_octave & (buckets_per_octave - 1)) == 0,
                 absl::InvalidArgumentError(absl::StrCat(
                     metric_name_, ": buckets_per_octave must be a power of two in [1, 2^23], got ",
-                    buckets_per_octave_)));
-    OP_REQUIRES(ctx, octaves_ >= 1 && octaves_ <= 125 &&
-                         2 * octaves_ * buckets_per_octave_ <= (int64_t{1} << 24),
+                    buckets_per_octave)));
+    OP_REQUIRES(ctx, octaves >= 1 && octaves <= 125 &&
+                         2 * octaves * buckets_per_octave <= (int64_t{1} << 24),
                 absl::InvalidArgumentError(absl::StrCat(
                     metric_name_, ": octaves must be in [1, 125] with 2 * octaves * "
-                    "buckets_per_octave <= 2^24, got ", octaves_, " octaves of ",
-                    buckets_per_octave_)));
-    num_buckets_ = 2 * octaves_ * buckets_per_octave_;
+                    "buckets_per_octave <= 2^24, got ", octaves, " octaves of ",
+                    buckets_per_octave)));
+    scale_ = BucketScale(buckets_per_octave, octaves);
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -138,8 +140,7 @@ class HistogramAucUpdateOp : public OpKernel {
     Tensor slots;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_INT32, {n}, &slots));
     bool hard_labels = false;
-    if (!SlotAndCheck(y, p, w, n, BucketScale(buckets_per_octave_, octaves_),
-                      slots.flat<int32_t>().data(), &hard_labels)) {
+    if (!SlotAndCheck(y, p, w, n, scale_, slots.flat<int32_t>().data(), &hard_labels)) {
       ctx->CtxFailure(FirstInvalidInput(y, p, w, n));
       return;
     }
@@ -159,10 +160,11 @@ class HistogramAucUpdateOp : public OpKernel {
     // [bucket][positive, negative]: one cache line per example.
     const int64_t first = ctx->input(4).scalar<int64_t>()();
     const int64_t rows = histogram->dim_size(0);
-    OP_REQUIRES(ctx, first >= 0 && first + rows <= num_buckets_,
+    const int64_t num_buckets = 2 * int64_t{scale_.per_side};
+    OP_REQUIRES(ctx, first >= 0 && first + rows <= num_buckets,
                 absl::InvalidArgumentError(absl::StrCat(
                     metric_name_, ": histogram rows [", first, ", ", first + rows,
-                    ") do not fit in ", num_buckets_, " buckets")));
+                    ") do not fit in ", num_buckets, " buckets")));
     double* counts = histogram->flat<double>().data();
     const int32_t* slot = slots.flat<int32_t>().data();
     if (hard_labels) {
@@ -196,7 +198,7 @@ class HistogramAucUpdateOp : public OpKernel {
 
  private:
   std::string metric_name_;
-  int64_t buckets_per_octave_ = 0, octaves_ = 0, num_buckets_ = 0;
+  BucketScale scale_;  // from the attributes, once
 };
 
 REGISTER_KERNEL_BUILDER(Name("Tfps>HistogramAucUpdate").Device(::tensorflow::DEVICE_CPU),
