@@ -99,6 +99,18 @@ struct RowView {
   uint32_t* optimizer_step;  // null unless the optimizer keeps a per-row step (Adam)
 };
 
+// PipelinedForEach for a call that writes each key's row to an output: body(j, out) gets
+// key j's output row (values + order[j] * dim), which the writer fetches ahead, and the
+// writer's stores are fenced once the batch is done.
+template <typename Writer, typename Body>
+void PipelinedForEachOutputRow(const Stripe& s, const StripeBatch& batch, size_t row_bytes,
+                               size_t row_prefix_bytes, float* values, int dim, Body&& body) {
+  PipelinedForEach(s, batch, row_bytes, row_prefix_bytes,
+                   [&](int64_t j) { body(j, values + batch.order[j] * dim); },
+                   [&](int64_t j) { Writer::Prefetch(values + batch.order[j] * dim, dim); });
+  Writer::Finish();
+}
+
 struct RowLayout {
   int dim;
   int num_slots;
@@ -263,18 +275,16 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
     ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
       std::shared_lock<std::shared_mutex> lock(s.mu);
-      PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
-        const int64_t i = batch.order[j];
-        float* out = values + i * dim;
+      PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
+                                        [&](int64_t j, float* out) {
         const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
         if (slot >= 0) {
           Writer::Copy(layout.View(s.Row(s.slot_rows[slot], row_bytes_)).value, dim, out);
         } else {
           InitializeValue(config_, batch.keys[j], out);
         }
-        if (exists != nullptr) exists[i] = slot >= 0;
-      }, [&](int64_t j) { Writer::Prefetch(values + batch.order[j] * dim, dim); });
-      Writer::Finish();
+        if (exists != nullptr) exists[batch.order[j]] = slot >= 0;
+      });
     });
   });
 }
@@ -291,12 +301,10 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
       std::unique_lock<std::shared_mutex> lock(s.mu);
       // A batch that could double the stripe (a new or young table) sizes its index at once.
       if (static_cast<size_t>(batch.count) > s.size) s.Reserve(s.size + batch.count, row_bytes_);
-      PipelinedForEach(s, batch, row_bytes_, value_bytes, [&](int64_t j) {
-        const int64_t i = batch.order[j];
-        const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
-        Writer::Copy(row.value, dim, values + i * dim);
-      }, [&](int64_t j) { Writer::Prefetch(values + batch.order[j] * dim, dim); });
-      Writer::Finish();
+      PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
+                                        [&](int64_t j, float* out) {
+        Writer::Copy(AcquireRow(config_, layout, s, batch, j, row_bytes_).value, dim, out);
+      });
     });
   });
 }
