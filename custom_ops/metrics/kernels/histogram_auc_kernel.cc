@@ -72,20 +72,17 @@ bool SlotAndCheck(const float* y, const float* p, const float* w, int64_t n, Buc
 }
 
 // Pass two adds the examples whose slot falls in [first_slot, first_slot + num_slots) (a
-// partitioned histogram holds a range of buckets). A hard label touches one count, a soft
-// label both; a bucket's two counts share a cache line. The default histogram (512 KiB)
-// lives in L2 at best, so counts are prefetched a few examples ahead.
-template <bool kHardLabels, bool kWeighted>
+// partitioned histogram holds a range of buckets; kWhole says this one holds them all, so
+// no example needs the range check). A hard label touches one count, a soft label both; a
+// bucket's two counts share a cache line. The buckets a batch touches stay in L2 from one
+// update to the next, and out-of-order execution covers that latency: a software prefetch
+// per example only added work.
+template <bool kWhole, bool kHardLabels, bool kWeighted>
 void AddToHistogram(const float* y, const float* w, const int32_t* slots, int64_t n,
                     int64_t first_slot, int64_t num_slots, double* counts) {
-  constexpr int64_t kAhead = 16;
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) {
-      const uint64_t ahead = static_cast<uint64_t>(slots[i + kAhead] - first_slot);
-      if (ahead < static_cast<uint64_t>(num_slots)) __builtin_prefetch(counts + ahead, 1);
-    }
     const int64_t slot = slots[i] - first_slot;
-    if (static_cast<uint64_t>(slot) >= static_cast<uint64_t>(num_slots)) continue;
+    if (!kWhole && static_cast<uint64_t>(slot) >= static_cast<uint64_t>(num_slots)) continue;
     const double weight = kWeighted ? static_cast<double>(w[i]) : 1.0;
     if (kHardLabels) {
       counts[slot] += weight;
@@ -95,6 +92,21 @@ void AddToHistogram(const float* y, const float* w, const int32_t* slots, int64_
       counts[positive_slot] += positive;
       counts[positive_slot + 1] += weight - positive;
     }
+  }
+}
+
+template <bool kWhole>
+void AddToHistogram(bool hard_labels, const float* y, const float* w, const int32_t* slots,
+                    int64_t n, int64_t first_slot, int64_t num_slots, double* counts) {
+  const bool weighted = w != nullptr;
+  if (hard_labels && !weighted) {
+    AddToHistogram<kWhole, true, false>(y, w, slots, n, first_slot, num_slots, counts);
+  } else if (hard_labels) {
+    AddToHistogram<kWhole, true, true>(y, w, slots, n, first_slot, num_slots, counts);
+  } else if (!weighted) {
+    AddToHistogram<kWhole, false, false>(y, w, slots, n, first_slot, num_slots, counts);
+  } else {
+    AddToHistogram<kWhole, false, true>(y, w, slots, n, first_slot, num_slots, counts);
   }
 }
 
@@ -167,12 +179,10 @@ class HistogramAucUpdateOp : public OpKernel {
                     ") do not fit in ", num_buckets, " buckets")));
     double* counts = histogram->flat<double>().data();
     const int32_t* slot = slots.flat<int32_t>().data();
-    if (hard_labels) {
-      if (unweighted) AddToHistogram<true, false>(y, w, slot, n, 2 * first, 2 * rows, counts);
-      else AddToHistogram<true, true>(y, w, slot, n, 2 * first, 2 * rows, counts);
+    if (first == 0 && rows == num_buckets) {
+      AddToHistogram<true>(hard_labels, y, w, slot, n, 0, 2 * rows, counts);
     } else {
-      if (unweighted) AddToHistogram<false, false>(y, w, slot, n, 2 * first, 2 * rows, counts);
-      else AddToHistogram<false, true>(y, w, slot, n, 2 * first, 2 * rows, counts);
+      AddToHistogram<false>(hard_labels, y, w, slot, n, 2 * first, 2 * rows, counts);
     }
   }
 
