@@ -93,19 +93,19 @@ size_t RegionAllocator::MappedBytes() const {
 }
 
 void PopulateForWrite(void* begin, size_t bytes) {
+  if (bytes == 0) return;
   constexpr uintptr_t kPage = 4096;
   char* const first = static_cast<char*>(begin);
   char* const end = first + bytes;
-  char* const aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(first) + kPage - 1) & ~(kPage - 1));
-  char* const aligned_end = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(end) & ~(kPage - 1));
+  // Every page holding a byte of the range, whole: each is mapped and writable, since the
+  // range is, and populating a page keeps its contents, so neighbours sharing an edge page
+  // lose nothing. (Leaving the edges to faults cost 1 fault per 16 pages populated.)
+  char* const page_begin = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(first) & ~(kPage - 1));
+  char* const page_end = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(end) + kPage - 1) & ~(kPage - 1));
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;
 #endif
-  if (aligned < aligned_end && madvise(aligned, aligned_end - aligned, MADV_POPULATE_WRITE) == 0) {
-    if (first < aligned) __atomic_fetch_or(first, 0, __ATOMIC_RELAXED);
-    if (aligned_end < end) __atomic_fetch_or(aligned_end, 0, __ATOMIC_RELAXED);
-    return;
-  }
+  if (madvise(page_begin, page_end - page_begin, MADV_POPULATE_WRITE) == 0) return;
   // A write that keeps the byte, so a wrong range could never clobber data.
   for (char* p = first; p < end; p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + kPage) & ~(kPage - 1))) {
     __atomic_fetch_or(p, 0, __ATOMIC_RELAXED);

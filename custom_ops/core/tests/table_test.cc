@@ -1,4 +1,6 @@
 // Plain C++ tests of the TF-free table core. Exit status 0 means every check passed.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -365,6 +367,22 @@ void TestPopulateForWriteKeepsContents() {
   }
 }
 
+// On fresh memory, exactly the pages holding a byte of the range are backed, edge pages
+// included, and nothing beyond them.
+void TestPopulateForWriteBacksExactlyTheRangesPages() {
+  constexpr size_t kPage = 4096, kPages = 16;
+  char* fresh = static_cast<char*>(
+      mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  CHECK_TRUE(fresh != MAP_FAILED);
+  PopulateForWrite(fresh + 2 * kPage + 100, 4 * kPage);  // touches pages 2 to 6
+  unsigned char resident[kPages];
+  CHECK_TRUE(mincore(fresh, kPages * kPage, resident) == 0);
+  for (size_t page = 0; page < kPages; ++page) {
+    CHECK_TRUE(((resident[page] & 1) != 0) == (page >= 2 && page <= 6));
+  }
+  munmap(fresh, kPages * kPage);
+}
+
 // Fresh rows are backed a piece at a time ahead of use; a big threaded batch must give
 // exactly the rows of small serial ones.
 void TestBatchInsertMatchesSmallBatches() {
@@ -389,6 +407,7 @@ void TestBatchInsertMatchesSmallBatches() {
 int main() {
   tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
   tfps::TestPopulateForWriteKeepsContents();
+  tfps::TestPopulateForWriteBacksExactlyTheRangesPages();
   tfps::TestBatchInsertMatchesSmallBatches();
   tfps::TestEdgeKeysAreOrdinary();
   tfps::TestInitialValuesAreDeterministic();
