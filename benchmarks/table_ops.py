@@ -254,8 +254,6 @@ def median_over_rounds(records, fields):
         if "ms" in fields:  # keys per call = rate * time, the same in every round
             merged["mkeys_per_s"] = round(rounds[0]["mkeys_per_s"] * rounds[0]["ms"] / merged["ms"], 3)
         medians.append(merged)
-    for r in medians:
-        common.emit(r)
     return medians
 
 
@@ -352,8 +350,11 @@ def main():
                                  "--repeats", str(args.repeats)], tag=tag)
         for impl in ["tfps", "tfps_huge_pages", "dense_hash_table", "mutable_hash_table"] + with_tfra:
             growth += child(["--child", "growth", "--impl", impl], tag=tag)
-    records += median_over_rounds(throughput, ["ms"])
-    records += median_over_rounds(growth, ["mkeys_per_s", "max_call_ms", "row_gb_per_s"])
+    medians = (median_over_rounds(throughput, ["ms"]) +
+               median_over_rounds(growth, ["mkeys_per_s", "max_call_ms", "row_gb_per_s"]))
+    for r in medians:
+        common.emit(r)
+    records += medians
     for impl in ["tfps", "dense_hash_table"] + with_tfra:
         records += child(["--child", "memory", "--impl", impl], env={"TFPS_OUTPUT_CACHE_MB": "0"})
     summarize(records)
