@@ -401,6 +401,30 @@ void TestBatchInsertMatchesSmallBatches() {
   CHECK_TRUE(found == from_small);
 }
 
+
+// A batch that repeats its keys sizes the index for its distinct keys, not for its length:
+// no larger than one batch of just the distinct keys makes it, and with the same rows.
+void TestRepeatedKeysSizeTheIndexByDistinctKeys() {
+  const TableConfig config = Config(8, OptimizerKind::kAdagrad, InitializerKind::kUniform);
+  const int64_t distinct = 20000, repeats = 10, n = distinct * repeats;
+  std::vector<uint64_t> unique(distinct), repeated(n);
+  for (int64_t i = 0; i < distinct; ++i) unique[i] = static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL + 7;
+  for (int64_t i = 0; i < n; ++i) repeated[i] = unique[(i * 7919) % distinct];  // every key, 10 times
+  Table from_repeats(config), from_unique(config);
+  std::vector<float> out_repeats(n * 8), out_unique(distinct * 8);
+  from_repeats.FindOrInsert(repeated.data(), n, out_repeats.data(), kThreads);
+  from_unique.FindOrInsert(unique.data(), distinct, out_unique.data(), kThreads);
+  CHECK_TRUE(from_repeats.Size() == distinct);
+  const int64_t index_repeats = from_repeats.MemoryBytes() - from_repeats.RowMemoryBytes();
+  const int64_t index_unique = from_unique.MemoryBytes() - from_unique.RowMemoryBytes();
+  // The estimate may round a stripe up one growth step; the batch's length would be ten.
+  CHECK_TRUE(index_repeats <= 2 * index_unique);
+  std::vector<uint8_t> exists(distinct);
+  std::vector<float> found(distinct * 8);
+  from_repeats.Find(unique.data(), distinct, found.data(), exists.data(), kSerial);
+  CHECK_TRUE(found == out_unique);
+}
+
 }  // namespace
 }  // namespace tfps
 
@@ -409,6 +433,7 @@ int main() {
   tfps::TestPopulateForWriteKeepsContents();
   tfps::TestPopulateForWriteBacksExactlyTheRangesPages();
   tfps::TestBatchInsertMatchesSmallBatches();
+  tfps::TestRepeatedKeysSizeTheIndexByDistinctKeys();
   tfps::TestEdgeKeysAreOrdinary();
   tfps::TestInitialValuesAreDeterministic();
   tfps::TestGrowthRemoveAndReinsert();
