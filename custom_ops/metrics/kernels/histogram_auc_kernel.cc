@@ -71,18 +71,29 @@ bool SlotAndCheck(const float* y, const float* p, const float* w, int64_t n, Buc
   return invalid == 0;
 }
 
-// Pass two adds the examples whose slot falls in [first_slot, first_slot + num_slots) (a
-// partitioned histogram holds a range of buckets; kWhole says this one holds them all, so
-// no example needs the range check). A hard label touches one count, a soft label both; a
-// bucket's two counts share a cache line. The buckets a batch touches stay in L2 from one
-// update to the next, and out-of-order execution covers that latency: a software prefetch
-// per example only added work.
-template <bool kWhole, bool kHardLabels, bool kWeighted>
+// Which slots this histogram variable holds: all of them, or (a partitioned histogram)
+// the range [first, first + count), its slot i being global slot first + i. AllSlots
+// needs no per-example range check.
+struct AllSlots {
+  int64_t Local(int32_t slot) const { return slot; }
+  bool Holds(int64_t) const { return true; }
+};
+struct SlotRange {
+  int64_t first, count;
+  int64_t Local(int32_t slot) const { return slot - first; }
+  bool Holds(int64_t local) const { return static_cast<uint64_t>(local) < static_cast<uint64_t>(count); }
+};
+
+// Pass two adds each example whose slot the histogram holds. A hard label touches one
+// count, a soft label both; a bucket's two counts share a cache line. The buckets a batch
+// touches stay in L2 from one update to the next, and out-of-order execution covers that
+// latency: a software prefetch per example only added work.
+template <bool kHardLabels, bool kWeighted, typename Slots>
 void AddToHistogram(const float* y, const float* w, const int32_t* slots, int64_t n,
-                    int64_t first_slot, int64_t num_slots, double* counts) {
+                    Slots held, double* counts) {
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t slot = slots[i] - first_slot;
-    if (!kWhole && static_cast<uint64_t>(slot) >= static_cast<uint64_t>(num_slots)) continue;
+    const int64_t slot = held.Local(slots[i]);
+    if (!held.Holds(slot)) continue;
     const double weight = kWeighted ? static_cast<double>(w[i]) : 1.0;
     if (kHardLabels) {
       counts[slot] += weight;
@@ -95,18 +106,18 @@ void AddToHistogram(const float* y, const float* w, const int32_t* slots, int64_
   }
 }
 
-template <bool kWhole>
+template <typename Slots>
 void AddToHistogram(bool hard_labels, const float* y, const float* w, const int32_t* slots,
-                    int64_t n, int64_t first_slot, int64_t num_slots, double* counts) {
+                    int64_t n, Slots held, double* counts) {
   const bool weighted = w != nullptr;
   if (hard_labels && !weighted) {
-    AddToHistogram<kWhole, true, false>(y, w, slots, n, first_slot, num_slots, counts);
+    AddToHistogram<true, false>(y, w, slots, n, held, counts);
   } else if (hard_labels) {
-    AddToHistogram<kWhole, true, true>(y, w, slots, n, first_slot, num_slots, counts);
+    AddToHistogram<true, true>(y, w, slots, n, held, counts);
   } else if (!weighted) {
-    AddToHistogram<kWhole, false, false>(y, w, slots, n, first_slot, num_slots, counts);
+    AddToHistogram<false, false>(y, w, slots, n, held, counts);
   } else {
-    AddToHistogram<kWhole, false, true>(y, w, slots, n, first_slot, num_slots, counts);
+    AddToHistogram<false, true>(y, w, slots, n, held, counts);
   }
 }
 
@@ -180,9 +191,9 @@ class HistogramAucUpdateOp : public OpKernel {
     double* counts = histogram->flat<double>().data();
     const int32_t* slot = slots.flat<int32_t>().data();
     if (first == 0 && rows == num_buckets) {
-      AddToHistogram<true>(hard_labels, y, w, slot, n, 0, 2 * rows, counts);
+      AddToHistogram(hard_labels, y, w, slot, n, AllSlots{}, counts);
     } else {
-      AddToHistogram<false>(hard_labels, y, w, slot, n, 2 * first, 2 * rows, counts);
+      AddToHistogram(hard_labels, y, w, slot, n, SlotRange{2 * first, 2 * rows}, counts);
     }
   }
 
