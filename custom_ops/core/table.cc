@@ -152,12 +152,12 @@ void InitializeValue(const TableConfig& config, uint64_t key, float* out) {
 }
 
 // Distinct keys among a stripe batch, estimated by linear counting: each hash sets one bit
-// of a bitmap (at least 4 bits per hash, up to 64 Ki bits) and the share of bits left clear
-// gives the count, within about 1% for a batch of all-new keys. A batch repeats its hot
-// keys many times over (a third of a 1M-key power-law batch is distinct), and sizing the
-// index by the raw count left it several times too large, for every probe to wander over.
-// Bits 39-54 of the hash are used by neither the stripe (the top 8) nor the home group and
-// control byte (the low 39).
+// of a bitmap (4 bits per hash, at most 64 Ki bits) and the share of bits left clear gives
+// the count: within about 1% up to 16 Ki keys per stripe, coarser beyond. A batch repeats
+// its hot keys many times over (a third of a 1M-key power-law batch is distinct), and
+// sizing the index by the raw count left it up to 10 times too large. Bits 39-54 of the
+// hash are used by neither the stripe (the top log2_stripes, 8 by default) nor the home
+// group and control byte (the low 39).
 int64_t EstimateDistinct(const uint64_t* hashes, int64_t n) {
   constexpr int kMaxLog2Bits = 16;
   int log2_bits = 6;
