@@ -268,7 +268,7 @@ def summarize(records):
     lines = []
     for dim in sorted({r["dim"] for r in records if r["op"] == "find"}):
         for dist in ("uniform", "zipf"):
-            checks = [  # (target, our op, their implementation, their op, ratio wanted)
+            checks = [  # (summary, our op, their implementation, their op, ratio wanted)
                 ("find >= 2x DenseHashTable", "find", "dense_hash_table", "find", 2.0),
                 ("find >= 0.8x presized gather", "find", "presized_variable", "find", 0.8),
                 ("find_or_insert >= 2x DenseHashTable insert", "find_or_insert_empty", "dense_hash_table",

@@ -81,7 +81,9 @@ struct AllSlots {
 struct SlotRange {
   int64_t first, count;
   int64_t Local(int32_t slot) const { return slot - first; }
-  bool Holds(int64_t local) const { return static_cast<uint64_t>(local) < static_cast<uint64_t>(count); }
+  bool Holds(int64_t local) const {
+    return static_cast<uint64_t>(local) < static_cast<uint64_t>(count);
+  }
 };
 
 // Pass two adds each example whose slot the histogram holds. A hard label touches one
