@@ -146,19 +146,35 @@ class AUC(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):
         from tfps._ops import ops  # the op library is loaded only by metrics that use it
         y_pred, y_true = _as_float_vector(y_pred), _as_float_vector(y_true)
+        no_weights, first_rows = self._update_constants()
         if sample_weight is None:
-            weights = tf.zeros([0], tf.float32)  # the op reads "no weights" as all ones
+            weights = no_weights  # the op reads "no weights" as all ones
         else:
             weights = tf.reshape(tf.broadcast_to(tf.cast(sample_weight, tf.float32),
                                                  tf.shape(y_pred)), [-1])
-        updates, first = [], 0
-        for part in _parts(self.histogram):  # a variable partitioner may have split it
+        updates = []
+        for part, first in zip(_parts(self.histogram), first_rows):
             updates.append(ops.tfps_histogram_auc_update(
-                part.handle, y_true, y_pred, weights, tf.constant(first, tf.int64),
+                part.handle, y_true, y_pred, weights, first,
                 buckets_per_octave=self.buckets_per_octave, octaves=self.octaves,
                 metric_name=f"tfps.metrics.AUC({self.name})"))
-            first += part.shape[0]
         return tf.group(updates)
+
+    def _update_constants(self):
+        """The empty weights tensor and each histogram part's first row. Eagerly they are
+        made once and kept: making them took about half of an eager update (8192
+        predictions: 258-320 us per update with them made each time, 142-161 us kept). In a
+        graph they are constants, made afresh so that no function captures an eager tensor."""
+        def make():
+            firsts = [0]
+            for part in _parts(self.histogram)[:-1]:  # a variable partitioner may have split it
+                firsts.append(firsts[-1] + part.shape[0])
+            return tf.zeros([0], tf.float32), [tf.constant(f, tf.int64) for f in firsts]
+        if not tf.executing_eagerly():
+            return make()
+        if getattr(self, "_eager_update_constants", None) is None:
+            self._eager_update_constants = make()
+        return self._eager_update_constants
 
     def result(self):
         return tf.cast(_histogram_curve_area(_parts(self.histogram), self.curve), self.dtype)
