@@ -111,11 +111,14 @@ def main():
                          "harness_seconds": round(null_s, 5), "auc": value, "exact_auc": exact,
                          "abs_error": errors[name]})
         ours, theirs = seconds.values()
-        raw_ratio = theirs / ours
-        net_ratio = (theirs - null_s) / max(ours - null_s, 1e-9)
-        common.emit({"summary": f"{harness}: update >= 5x faster than Keras AUC(200)",
-                     "ratio_net_of_harness": round(net_ratio, 2), "ratio_raw": round(raw_ratio, 2),
-                     "met": net_ratio >= 5})
+        our_net, their_net = ours - null_s, theirs - null_s
+        summary = {"summary": f"{harness}: update >= 5x faster than Keras AUC(200)",
+                   "ratio_net_of_harness": round(their_net / our_net, 2) if our_net > 0 else None,
+                   "ratio_raw": round(theirs / ours, 2), "met": their_net >= 5 * max(our_net, 0.0)}
+        if our_net <= 0:  # its updates ran beside the harness' own work, on the other core
+            summary["note"] = (f"tfps added no measurable time to the harness ({our_net * 1e3:.2f} ms "
+                               f"net, Keras {their_net * 1e3:.2f} ms)")
+        common.emit(summary)
     ours_err, keras_err = errors.values()
     accuracy_ratio = keras_err / max(ours_err, 1e-12)
     common.emit({"summary": ">= 10x more accurate than Keras AUC(200)", "ratio": round(accuracy_ratio, 1),
