@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 import tfps
 from tests.auc_reference import exact_average_precision, exact_roc_auc, log_linear_buckets
@@ -189,6 +190,21 @@ def test_reset_state_and_config_round_trip():
     for cls in (tfps.metrics.BinaryLogLoss, tfps.metrics.CalibrationRatio, tfps.metrics.GroupAUC):
         m = cls(name="x")
         assert cls.from_config(m.get_config()).get_config() == m.get_config()
+
+
+def test_checkpoint_after_eager_updates_holds_just_the_histogram(tmp_path):
+    metric = tfps.metrics.AUC(num_buckets=1024, octaves=8)
+    metric.update_state([1.0, 0.0, 1.0], [0.9, 0.3, 0.2])  # eagerly, twice: the kept constants
+    metric.update_state([0.0], [0.1])
+    path = tf.train.Checkpoint(metric=metric).save(str(tmp_path / "auc"))
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    metric_node = graph.nodes[next(c.node_id for c in graph.nodes[0].children if c.local_name == "metric")]
+    assert [c.local_name for c in metric_node.children] == ["histogram"]
+    restored = tfps.metrics.AUC(num_buckets=1024, octaves=8)
+    tf.train.Checkpoint(metric=restored).restore(path).assert_consumed()
+    expected = exact_roc_auc(np.array([1, 0, 1, 0]), np.array([0.9, 0.3, 0.2, 0.1]))
+    assert float(restored.result()) == pytest.approx(expected, abs=1e-7)
 
 
 def test_log_loss_and_calibration_against_numpy(run):

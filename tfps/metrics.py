@@ -173,7 +173,9 @@ class AUC(keras.metrics.Metric):
         if not tf.executing_eagerly():
             return make()
         if getattr(self, "_eager_update_constants", None) is None:
-            self._eager_update_constants = make()
+            # Set past Keras' attribute tracking, which would make the tensors a dependency
+            # of the metric in every checkpoint.
+            object.__setattr__(self, "_eager_update_constants", make())
         return self._eager_update_constants
 
     def result(self):
