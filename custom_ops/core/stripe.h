@@ -27,6 +27,10 @@ constexpr size_t kMinCapacity = kGroup;
 constexpr size_t kMaxLoad32nds = 28;  // the index grows beyond this load
 constexpr uint64_t kFirstChunkRows = 16;
 constexpr size_t kBackedPieceBytes = size_t{64} << 10;
+// Hash bits the index uses: the control byte's low 7, then HomeGroup's 32. The bits above
+// them, up to the stripe's top bits, are free for other uses (EstimateDistinct).
+constexpr int kControlHashBits = 7;
+constexpr int kIndexHashBits = kControlHashBits + 32;
 constexpr int kCursorRowBits = 40;
 constexpr int64_t kCursorRowMask = (int64_t{1} << kCursorRowBits) - 1;
 
@@ -121,7 +125,7 @@ struct Stripe {
   // Group counts need not be powers of two: a hash maps to its home group by a
   // multiply-shift of 32 of its bits, and probing steps through the groups in turn.
   size_t HomeGroup(uint64_t hash) const {
-    return static_cast<size_t>((((hash >> 7) & 0xffffffffu) * (capacity / kGroup)) >> 32);
+    return static_cast<size_t>((((hash >> kControlHashBits) & 0xffffffffu) * (capacity / kGroup)) >> 32);
   }
   size_t NextGroup(size_t g) const { return g + 1 == capacity / kGroup ? 0 : g + 1; }
   bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }

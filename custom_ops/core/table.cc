@@ -155,9 +155,9 @@ void InitializeValue(const TableConfig& config, uint64_t key, float* out) {
 // of a bitmap (4 bits per hash, at most 64 Ki bits) and the share of bits left clear gives
 // the count: within about 1% up to 16 Ki keys per stripe, coarser beyond. A batch repeats
 // its hot keys many times over (a third of a 1M-key power-law batch is distinct), and
-// sizing the index by the raw count left it up to 10 times too large. Bits 39-54 of the
-// hash are used by neither the stripe (the top log2_stripes, 8 by default) nor the home
-// group and control byte (the low 39).
+// sizing the index by the raw count left it up to 10 times too large. It reads the 16 hash
+// bits above those the index uses (kIndexHashBits), below the stripe's top log2_stripes
+// (8 by default, at most 9 for these bits to stay free).
 int64_t EstimateDistinct(const uint64_t* hashes, int64_t n) {
   constexpr int kMaxLog2Bits = 16;
   int log2_bits = 6;
@@ -166,7 +166,7 @@ int64_t EstimateDistinct(const uint64_t* hashes, int64_t n) {
   uint64_t bitmap[(int64_t{1} << kMaxLog2Bits) / 64];
   std::fill(bitmap, bitmap + bits / 64, 0);  // the words in use: a small batch clears 8 bytes
   for (int64_t j = 0; j < n; ++j) {
-    const uint64_t bit = (hashes[j] >> 39) & (bits - 1);
+    const uint64_t bit = (hashes[j] >> kIndexHashBits) & (bits - 1);
     bitmap[bit >> 6] |= uint64_t{1} << (bit & 63);
   }
   int64_t clear = 0;
