@@ -13,7 +13,7 @@ gives a training step), and so does the pre-sized variable's sparse Adagrad, as 
 indices; that variable's best case, every row in memory order, is printed for the record.
 
     python benchmarks/table_ops.py                 # everything (about 11 minutes on 2 cores)
-    python benchmarks/table_ops.py --rounds 1      # one child of each kind per implementation (4 minutes)
+    python benchmarks/table_ops.py --rounds 1      # one throughput and one growth child each (4 minutes)
     python benchmarks/table_ops.py --quick         # fewer repeats, dim 8 only, one round
 """
 
@@ -329,7 +329,7 @@ def main():
     parser.add_argument("--impl")
     parser.add_argument("--dims", default="8,64")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3, help="throughput children per implementation")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of throughput and growth children, each implementation once per round")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")

@@ -401,7 +401,6 @@ void TestBatchInsertMatchesSmallBatches() {
   CHECK_TRUE(found == from_small);
 }
 
-
 // A batch that repeats its keys sizes the index for its distinct keys, not for its length:
 // no larger than one batch of just the distinct keys makes it, and with the same rows.
 void TestRepeatedKeysSizeTheIndexByDistinctKeys() {
