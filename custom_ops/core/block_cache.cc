@@ -2,10 +2,13 @@
 
 #include <sys/mman.h>
 
+#include "custom_ops/core/memory.h"
+
 namespace tfps {
 namespace {
 
 constexpr size_t kGranule = size_t{64} << 10;
+constexpr size_t kHugePage = size_t{2} << 20;
 
 }  // namespace
 
@@ -31,8 +34,9 @@ void* BlockCache::Take(size_t bytes) {
       return b.base;
     }
   }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return nullptr;
+  void* base = size >= kHugePage ? MapHugePageAligned(size, /*huge_pages=*/true)
+                                 : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == nullptr || base == MAP_FAILED) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   lent_.emplace(base, Lent{size, false});
   lent_bytes_ += size;

@@ -46,13 +46,14 @@ namespace tfps {
 
 namespace {
 constexpr size_t kRegionBytes = size_t{32} << 20;
+}  // namespace
 
 void* MapHugePageAligned(size_t bytes, bool huge_pages) {
   // Over-map by one huge page and trim, so the region starts on a 2 MiB boundary.
   const size_t span = bytes + kHugePage;
   char* raw = static_cast<char*>(
       mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  if (raw == MAP_FAILED) throw std::bad_alloc();
+  if (raw == MAP_FAILED) return nullptr;
   const uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kHugePage - 1) & ~(kHugePage - 1);
   char* aligned = reinterpret_cast<char*>(start);
   if (aligned > raw) munmap(raw, aligned - raw);
@@ -63,14 +64,15 @@ void* MapHugePageAligned(size_t bytes, bool huge_pages) {
 #endif
   return aligned;
 }
-}  // namespace
 
 void* RegionAllocator::Allocate(size_t bytes) {
   bytes = (bytes + 63) & ~size_t{63};
   std::lock_guard<std::mutex> lock(mu_);
   if (regions_.empty() || used_ + bytes > regions_.back().size) {
     const size_t size = std::max(kRegionBytes, (bytes + kHugePage - 1) & ~(kHugePage - 1));
-    regions_.push_back(Region{static_cast<char*>(MapHugePageAligned(size, huge_pages_)), size});
+    char* base = static_cast<char*>(MapHugePageAligned(size, huge_pages_));
+    if (base == nullptr) throw std::bad_alloc();
+    regions_.push_back(Region{base, size});
     used_ = 0;
   }
   void* block = regions_.back().base + used_;

@@ -14,6 +14,11 @@ namespace tfps {
 void* AllocateZeroed(size_t bytes);
 void Deallocate(void* block, size_t bytes);
 
+// Zero-filled mapping of `bytes` starting on a 2 MiB boundary, so that all of its whole
+// 2 MiB pieces can be transparent huge pages; with `huge_pages` it is advised to use them.
+// Null when the mapping fails. Freed with munmap.
+void* MapHugePageAligned(size_t bytes, bool huge_pages);
+
 // Hands freed heap memory back to the OS (glibc keeps it otherwise): the small blocks of a
 // destroyed table, and the temporaries of the calls that built it.
 void ReleaseFreedHeapMemory();

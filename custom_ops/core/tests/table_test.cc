@@ -351,6 +351,55 @@ void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
   CHECK_TRUE(cache.Take(10 * kMiB) == big);
 }
 
+// The "THPeligible:" field of the mapping holding `p` in /proc/self/smaps: 1 when the
+// kernel may back it with transparent huge pages; -1 when it cannot be read.
+int HugePageEligible(const void* p) {
+  std::FILE* smaps = std::fopen("/proc/self/smaps", "r");
+  if (smaps == nullptr) return -1;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  char line[512];
+  bool inside = false;
+  int eligible = -1;
+  while (eligible < 0 && std::fgets(line, sizeof line, smaps) != nullptr) {
+    unsigned long begin, end;
+    int flag;
+    if (std::sscanf(line, "%lx-%lx ", &begin, &end) == 2) {
+      inside = begin <= address && address < end;
+    } else if (inside && std::sscanf(line, "THPeligible: %d", &flag) == 1) {
+      eligible = flag;
+    }
+  }
+  std::fclose(smaps);
+  return eligible;
+}
+
+bool HugePagesEnabled() {
+  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f == nullptr) return false;
+  char mode[128] = {0};
+  const bool read = std::fgets(mode, sizeof mode, f) != nullptr;
+  std::fclose(f);
+  return read && std::strstr(mode, "[never]") == nullptr;
+}
+
+// Rows land scattered over a large output; huge pages spare a TLB miss per row.
+void TestBlockCacheLargeBlocksAreHugePageAligned() {
+  constexpr size_t kMiB = size_t{1} << 20;
+  BlockCache cache(64 * kMiB);
+  char* large = static_cast<char*>(cache.Take(9 * kMiB + 100));
+  char* small = static_cast<char*>(cache.Take(kMiB));
+  CHECK_TRUE(large != nullptr && reinterpret_cast<uintptr_t>(large) % (2 * kMiB) == 0);
+  CHECK_TRUE(small != nullptr && reinterpret_cast<uintptr_t>(small) % 4096 == 0);
+  std::memset(large, 3, 9 * kMiB + 100);  // the whole block is mapped and writable
+  if (HugePagesEnabled()) {
+    CHECK_TRUE(HugePageEligible(large) == 1);
+  } else {
+    std::printf("table_test: transparent huge pages are off here; eligibility not checked\n");
+  }
+  cache.Give(large);
+  cache.Give(small);
+}
+
 void TestPopulateForWriteKeepsContents() {
   // Small: one call; large (several 4 MiB pieces): PopulateInParallel, threaded.
   for (size_t size : {size_t{3 * 4096 + 100}, size_t{(9 << 20) + 4096 * 3 + 100}}) {
@@ -429,6 +478,7 @@ void TestRepeatedKeysSizeTheIndexByDistinctKeys() {
 
 int main() {
   tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
+  tfps::TestBlockCacheLargeBlocksAreHugePageAligned();
   tfps::TestPopulateForWriteKeepsContents();
   tfps::TestPopulateForWriteBacksExactlyTheRangesPages();
   tfps::TestBatchInsertMatchesSmallBatches();
