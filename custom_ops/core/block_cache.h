@@ -2,10 +2,14 @@
 // on its first write, and for a big lookup result that costs more than the lookup itself
 // (about 80 ms of a 130 ms find of 1M keys at dim 64 on a 2-core VM). A block handed back
 // keeps its pages, so the next result of a similar size is written at memory speed.
-// Blocks of 2 MiB or more start on a 2 MiB boundary and are advised to use transparent
-// huge pages: a table writes rows grouped by stripe, so they land scattered over the
-// output, and with 4 KiB pages nearly every row written misses the TLB (find_or_insert of
-// 1M keys at dim 8, 2-core VM: 137 ms of user time with 4 KiB pages, 95 ms with huge ones).
+//
+// A table writes rows grouped by stripe, so they land scattered over the output, and with
+// 4 KiB pages nearly every row written misses the TLB. Blocks of 2 MiB or more therefore
+// start on a 2 MiB boundary and move onto transparent huge pages while they are reused,
+// a few ms of work per reuse (find_or_insert of 1M keys at dim 8 on a 2-core VM: 137 ms of user time
+// with 4 KiB pages, 95 ms with huge ones). A fresh block starts on small pages: on virtual
+// machines a fresh huge page can take several ms to back, and a whole block of them would
+// stall its first call.
 #ifndef TFPS_CORE_BLOCK_CACHE_H_
 #define TFPS_CORE_BLOCK_CACHE_H_
 
@@ -26,7 +30,7 @@ class BlockCache {
 
   // A page-aligned block of at least `bytes` (2 MiB-aligned from 2 MiB on), or nullptr
   // when memory is exhausted. An idle block is reused only if it wastes at most a quarter
-  // of its size. Thread-safe.
+  // of its size; reusing one moves more of it onto huge pages. Thread-safe.
   void* Take(size_t bytes);
   // Returns a block from Take. Thread-safe.
   void Give(void* block);
@@ -41,9 +45,11 @@ class BlockCache {
   struct Block {
     void* base;
     size_t size;
+    size_t collapse_done;  // bytes from base on huge pages, or never to be
   };
   struct Lent {
     size_t size;
+    size_t collapse_done;
     bool reused;
   };
   void EvictOldestUntilWithinLimit();  // holds mu_

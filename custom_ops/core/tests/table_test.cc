@@ -351,52 +351,69 @@ void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
   CHECK_TRUE(cache.Take(10 * kMiB) == big);
 }
 
-// The "THPeligible:" field of the mapping holding `p` in /proc/self/smaps: 1 when the
-// kernel may back it with transparent huge pages; -1 when it cannot be read.
-int HugePageEligible(const void* p) {
+// The kB on transparent huge pages ("AnonHugePages:" in /proc/self/smaps) of the mapping
+// holding `p`; -1 when it cannot be read.
+int64_t HugePageKiB(const void* p) {
   std::FILE* smaps = std::fopen("/proc/self/smaps", "r");
   if (smaps == nullptr) return -1;
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   char line[512];
   bool inside = false;
-  int eligible = -1;
-  while (eligible < 0 && std::fgets(line, sizeof line, smaps) != nullptr) {
+  int64_t kib = -1;
+  while (kib < 0 && std::fgets(line, sizeof line, smaps) != nullptr) {
     unsigned long begin, end;
-    int flag;
+    long long value;
     if (std::sscanf(line, "%lx-%lx ", &begin, &end) == 2) {
       inside = begin <= address && address < end;
-    } else if (inside && std::sscanf(line, "THPeligible: %d", &flag) == 1) {
-      eligible = flag;
+    } else if (inside && std::sscanf(line, "AnonHugePages: %lld kB", &value) == 1) {
+      kib = value;
     }
   }
   std::fclose(smaps);
-  return eligible;
+  return kib;
 }
 
-bool HugePagesEnabled() {
-  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-  if (f == nullptr) return false;
-  char mode[128] = {0};
-  const bool read = std::fgets(mode, sizeof mode, f) != nullptr;
-  std::fclose(f);
-  return read && std::strstr(mode, "[never]") == nullptr;
+// Whether this kernel collapses memory into huge pages on request (Linux 6.1+, huge pages
+// not turned off).
+bool CanCollapse() {
+  constexpr size_t kHuge = size_t{2} << 20;
+  void* probe = MapHugePageAligned(kHuge, /*huge_pages=*/false);
+  std::memset(probe, 1, kHuge);
+  const bool ok = madvise(probe, kHuge, 25 /* MADV_COLLAPSE */) == 0;
+  munmap(probe, kHuge);
+  return ok;
 }
 
-// Rows land scattered over a large output; huge pages spare a TLB miss per row.
-void TestBlockCacheLargeBlocksAreHugePageAligned() {
+// Rows land scattered over a large output; huge pages spare a TLB miss per row. A fresh
+// block starts on small pages and moves onto huge ones, at least 2 MiB per reuse.
+void TestBlockCacheMovesReusedBlocksOntoHugePages() {
   constexpr size_t kMiB = size_t{1} << 20;
   BlockCache cache(64 * kMiB);
-  char* large = static_cast<char*>(cache.Take(9 * kMiB + 100));
+  const size_t bytes = 17 * kMiB + 100;  // 8 whole 2 MiB pieces and a tail
+  char* block = static_cast<char*>(cache.Take(bytes));
   char* small = static_cast<char*>(cache.Take(kMiB));
-  CHECK_TRUE(large != nullptr && reinterpret_cast<uintptr_t>(large) % (2 * kMiB) == 0);
+  CHECK_TRUE(block != nullptr && reinterpret_cast<uintptr_t>(block) % (2 * kMiB) == 0);
   CHECK_TRUE(small != nullptr && reinterpret_cast<uintptr_t>(small) % 4096 == 0);
-  std::memset(large, 3, 9 * kMiB + 100);  // the whole block is mapped and writable
-  if (HugePagesEnabled()) {
-    CHECK_TRUE(HugePageEligible(large) == 1);
-  } else {
-    std::printf("table_test: transparent huge pages are off here; eligibility not checked\n");
+  for (size_t i = 0; i < bytes; ++i) block[i] = static_cast<char>(i % 251);
+  CHECK_TRUE(HugePageKiB(block) == 0);
+  std::vector<int64_t> huge_kib;
+  for (int reuse = 0; reuse < 9; ++reuse) {
+    cache.Give(block);
+    CHECK_TRUE(cache.Take(bytes) == block);
+    huge_kib.push_back(HugePageKiB(block));
   }
-  cache.Give(large);
+  if (CanCollapse()) {
+    for (int reuse = 0; reuse < 9; ++reuse) {
+      CHECK_TRUE(huge_kib[reuse] >= std::min(reuse + 1, 8) * 2048);
+      CHECK_TRUE(huge_kib[reuse] <= 16 * 1024);  // the tail stays on small pages
+    }
+  } else {
+    std::printf("table_test: this kernel does not collapse huge pages; blocks stay small\n");
+  }
+  bool kept = true;
+  for (size_t i = 0; i < bytes; ++i) kept &= block[i] == static_cast<char>(i % 251);
+  CHECK_TRUE(kept);
+  cache.Give(block);
   cache.Give(small);
 }
 
@@ -478,7 +495,7 @@ void TestRepeatedKeysSizeTheIndexByDistinctKeys() {
 
 int main() {
   tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
-  tfps::TestBlockCacheLargeBlocksAreHugePageAligned();
+  tfps::TestBlockCacheMovesReusedBlocksOntoHugePages();
   tfps::TestPopulateForWriteKeepsContents();
   tfps::TestPopulateForWriteBacksExactlyTheRangesPages();
   tfps::TestBatchInsertMatchesSmallBatches();
