@@ -11,25 +11,21 @@ namespace tfps {
 namespace {
 
 constexpr size_t kGranule = size_t{64} << 10;
-constexpr size_t kHugePage = size_t{2} << 20;
 // A reuse moves pieces onto huge pages for about this long, at least one piece: a bare
 // machine collapses 2 MiB in a fraction of a ms, a virtual machine may take 1-14 ms.
 constexpr auto kCollapseTimePerReuse = std::chrono::milliseconds(3);
-
-#ifndef MADV_COLLAPSE
-constexpr int MADV_COLLAPSE = 25;
-#endif
 
 // Moves the block's next whole 2 MiB pieces after `done` bytes onto huge pages, contents
 // kept, for about kCollapseTimePerReuse, and returns how far the block is done. A piece
 // that fails is not tried again; a kernel that cannot collapse at all (before Linux 6.1,
 // or huge pages turned off) finishes the whole block.
 size_t CollapseMore(char* base, size_t size, size_t done) {
-  const size_t whole = size / kHugePage * kHugePage;
+  const size_t whole = size / kHugePageBytes * kHugePageBytes;
+  if (done >= whole) return size;
   const auto deadline = std::chrono::steady_clock::now() + kCollapseTimePerReuse;
   while (done < whole) {
-    if (madvise(base + done, kHugePage, MADV_COLLAPSE) != 0 && errno == EINVAL) return size;
-    done += kHugePage;
+    if (CollapseIntoHugePages(base + done, kHugePageBytes) == EINVAL) return size;
+    done += kHugePageBytes;
     if (std::chrono::steady_clock::now() >= deadline) break;
   }
   return done < whole ? done : size;
@@ -54,24 +50,21 @@ void* BlockCache::Take(size_t bytes) {
       const Block b = idle_[best];
       idle_.erase(idle_.begin() + best);
       idle_bytes_ -= b.size;
-      lent_.emplace(b.base, Lent{b.size, b.collapse_done, true});
+      lent_.emplace(b.base, Lent{b, true});
       lent_bytes_ += b.size;
       lock.unlock();
       // Outside the lock: the block is this caller's now.
-      const size_t collapse_done =
-          b.collapse_done < b.size ? CollapseMore(static_cast<char*>(b.base), b.size, b.collapse_done)
-                                   : b.collapse_done;
+      const size_t collapse_done = CollapseMore(static_cast<char*>(b.base), b.size, b.collapse_done);
       lock.lock();
-      lent_[b.base].collapse_done = collapse_done;
+      lent_[b.base].block.collapse_done = collapse_done;
       return b.base;
     }
   }
   // On small pages at first, 2 MiB-aligned so that reuses can collapse it (see the header).
-  void* base = size >= kHugePage ? MapHugePageAligned(size, /*huge_pages=*/false)
-                                 : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == nullptr || base == MAP_FAILED) return nullptr;
+  void* base = MapHugePageAligned(size, /*huge_pages=*/false);
+  if (base == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
-  lent_.emplace(base, Lent{size, size < kHugePage ? size : 0, false});
+  lent_.emplace(base, Lent{Block{base, size, 0}, false});
   lent_bytes_ += size;
   return base;
 }
@@ -81,7 +74,7 @@ void BlockCache::Give(void* block) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = lent_.find(block);
   if (it == lent_.end()) return;  // not ours: nothing to give back
-  const Block b{block, it->second.size, it->second.collapse_done};
+  const Block b = it->second.block;
   lent_.erase(it);
   lent_bytes_ -= b.size;
   idle_.push_back(b);

@@ -48,8 +48,7 @@ class BlockCache {
     size_t collapse_done;  // bytes from base on huge pages, or never to be
   };
   struct Lent {
-    size_t size;
-    size_t collapse_done;
+    Block block;
     bool reused;
   };
   void EvictOldestUntilWithinLimit();  // holds mu_

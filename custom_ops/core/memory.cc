@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -13,7 +14,6 @@ namespace tfps {
 namespace {
 
 constexpr size_t kMmapThreshold = size_t{64} << 10;
-constexpr size_t kHugePage = size_t{2} << 20;
 
 }  // namespace
 
@@ -50,11 +50,11 @@ constexpr size_t kRegionBytes = size_t{32} << 20;
 
 void* MapHugePageAligned(size_t bytes, bool huge_pages) {
   // Over-map by one huge page and trim, so the region starts on a 2 MiB boundary.
-  const size_t span = bytes + kHugePage;
+  const size_t span = bytes + kHugePageBytes;
   char* raw = static_cast<char*>(
       mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (raw == MAP_FAILED) return nullptr;
-  const uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
   char* aligned = reinterpret_cast<char*>(start);
   if (aligned > raw) munmap(raw, aligned - raw);
   const size_t tail = (raw + span) - (aligned + bytes);
@@ -65,11 +65,18 @@ void* MapHugePageAligned(size_t bytes, bool huge_pages) {
   return aligned;
 }
 
+int CollapseIntoHugePages(void* begin, size_t bytes) {
+#ifndef MADV_COLLAPSE
+  constexpr int MADV_COLLAPSE = 25;
+#endif
+  return madvise(begin, bytes, MADV_COLLAPSE) == 0 ? 0 : errno;
+}
+
 void* RegionAllocator::Allocate(size_t bytes) {
   bytes = (bytes + 63) & ~size_t{63};
   std::lock_guard<std::mutex> lock(mu_);
   if (regions_.empty() || used_ + bytes > regions_.back().size) {
-    const size_t size = std::max(kRegionBytes, (bytes + kHugePage - 1) & ~(kHugePage - 1));
+    const size_t size = std::max(kRegionBytes, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
     char* base = static_cast<char*>(MapHugePageAligned(size, huge_pages_));
     if (base == nullptr) throw std::bad_alloc();
     regions_.push_back(Region{base, size});

@@ -14,10 +14,17 @@ namespace tfps {
 void* AllocateZeroed(size_t bytes);
 void Deallocate(void* block, size_t bytes);
 
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
 // Zero-filled mapping of `bytes` starting on a 2 MiB boundary, so that all of its whole
 // 2 MiB pieces can be transparent huge pages; with `huge_pages` it is advised to use them.
 // Null when the mapping fails. Freed with munmap.
 void* MapHugePageAligned(size_t bytes, bool huge_pages);
+
+// Moves the whole huge pages [begin, begin + bytes) (2 MiB-aligned) onto transparent huge
+// pages now, contents kept. Returns 0, or the error: EINVAL where the kernel cannot
+// (before Linux 6.1, or huge pages turned off).
+int CollapseIntoHugePages(void* begin, size_t bytes);
 
 // Hands freed heap memory back to the OS (glibc keeps it otherwise): the small blocks of a
 // destroyed table, and the temporaries of the calls that built it.

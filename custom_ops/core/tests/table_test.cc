@@ -376,11 +376,10 @@ int64_t HugePageKiB(const void* p) {
 // Whether this kernel collapses memory into huge pages on request (Linux 6.1+, huge pages
 // not turned off).
 bool CanCollapse() {
-  constexpr size_t kHuge = size_t{2} << 20;
-  void* probe = MapHugePageAligned(kHuge, /*huge_pages=*/false);
-  std::memset(probe, 1, kHuge);
-  const bool ok = madvise(probe, kHuge, 25 /* MADV_COLLAPSE */) == 0;
-  munmap(probe, kHuge);
+  void* probe = MapHugePageAligned(kHugePageBytes, /*huge_pages=*/false);
+  std::memset(probe, 1, kHugePageBytes);
+  const bool ok = CollapseIntoHugePages(probe, kHugePageBytes) == 0;
+  munmap(probe, kHugePageBytes);
   return ok;
 }
 
