@@ -96,6 +96,7 @@ struct Stripe {
   size_t capacity = 0;
   size_t size = 0;
   size_t tombstones = 0;
+  uint64_t rehashes = 0;  // index rebuilds so far (growth or tombstone cleanup)
   // Row arena: chunk c holds kFirstChunkRows << c rows, so a row number maps to its
   // chunk with one count-leading-zeros and rows never move as the arena grows.
   std::vector<char*> chunks;
@@ -189,6 +190,7 @@ struct Stripe {
   // Rebuilds the index from the row arena, read in address order: far cheaper than
   // chasing each row from the old index, since rows are many times the index's size.
   void Rehash(size_t new_capacity, size_t row_bytes) {
+    ++rehashes;
     Deallocate(ctrl, capacity);
     Deallocate(slot_rows, capacity * sizeof(uint32_t));
     ResetIndex(new_capacity);

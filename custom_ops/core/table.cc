@@ -189,6 +189,16 @@ void InitializeRow(const TableConfig& config, const RowView& row) {
   if (row.optimizer_step != nullptr) *row.optimizer_step = 0;
 }
 
+// A batch that could double the stripe (a new or young table) sizes its index at once, for
+// the keys it may add: its distinct ones, instead of doubling it step by step while they
+// arrive (each step rehashes every key so far). An estimate short of them only costs a
+// rehash as the stripe grows past it. Called under the stripe's exclusive lock.
+void ReserveForBatch(Stripe& s, const StripeBatch& batch, size_t row_bytes) {
+  if (static_cast<size_t>(batch.count) <= s.size) return;
+  const int64_t distinct = EstimateDistinct(batch.hashes, batch.count);
+  if (static_cast<size_t>(distinct) > s.size) s.Reserve(s.size + distinct, row_bytes);
+}
+
 // The row of key j of the batch, inserted with its initial value and fresh slots if absent.
 RowView AcquireRow(const TableConfig& config, const RowLayout& layout, Stripe& s,
                    const StripeBatch& batch, int64_t j, size_t row_bytes) {
@@ -324,13 +334,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
     ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
       std::unique_lock<std::shared_mutex> lock(s.mu);
-      // A batch that could double the stripe (a new or young table) sizes its index at once,
-      // for the keys it may add: its distinct ones. An estimate short of them only costs a
-      // rehash as the stripe grows past it.
-      if (static_cast<size_t>(batch.count) > s.size) {
-        const int64_t distinct = EstimateDistinct(batch.hashes, batch.count);
-        if (static_cast<size_t>(distinct) > s.size) s.Reserve(s.size + distinct, row_bytes_);
-      }
+      ReserveForBatch(s, batch, row_bytes_);
       PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
                                         [&](int64_t j, float* out) {
         Writer::Copy(AcquireRow(config_, layout, s, batch, j, row_bytes_).value, dim, out);
@@ -381,6 +385,7 @@ void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
   ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
+    ReserveForBatch(s, batch, row_bytes_);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
       const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
@@ -397,6 +402,7 @@ void Table::Import(const uint64_t* keys, int64_t n, const float* values, const f
   ForEachStripeGroup(keys, n, 60 + 3 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
+    ReserveForBatch(s, batch, row_bytes_);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
       bool inserted;
@@ -456,6 +462,15 @@ int64_t Table::MemoryBytes() const {
                                   s->live.capacity() * sizeof(uint64_t));
   }
   return total + RowMemoryBytes();
+}
+
+int64_t Table::IndexRehashes() const {
+  int64_t total = 0;
+  for (const auto& s : stripes_) {
+    std::shared_lock<std::shared_mutex> lock(s->mu);
+    total += static_cast<int64_t>(s->rehashes);
+  }
+  return total;
 }
 
 ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {

@@ -125,6 +125,9 @@ class Table {
   int64_t MemoryBytes() const;
   // Of those, the bytes mapped for rows.
   int64_t RowMemoryBytes() const { return static_cast<int64_t>(row_memory_.MappedBytes()); }
+  // How many times a stripe's index has been rebuilt, over all stripes: once per growth
+  // step or tombstone cleanup.
+  int64_t IndexRehashes() const;
 
   // Up to max_rows rows starting at `cursor` (0 to begin). Each stripe is read under its
   // lock; rows changed by concurrent calls between chunks may be seen in either state.

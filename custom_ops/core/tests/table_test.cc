@@ -489,6 +489,30 @@ void TestRepeatedKeysSizeTheIndexByDistinctKeys() {
   CHECK_TRUE(found == out_unique);
 }
 
+
+// Every call that adds keys sizes a young stripe's index for its batch at once: a batch of
+// 60K new keys into an empty table rebuilds each of the 256 stripes' indexes about once.
+// Growing step by step while the keys arrived rebuilt each about five times.
+void TestBatchesIntoAnEmptyTableRehashEachStripeOnce() {
+  const TableConfig config = Config(4, OptimizerKind::kAdagrad, InitializerKind::kUniform);
+  const int64_t n = 60000, stripes = int64_t{1} << config.log2_stripes;
+  std::vector<uint64_t> keys(n);
+  for (int64_t i = 0; i < n; ++i) keys[i] = static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ULL + 11;
+  std::vector<float> values(n * 4, 0.5f), slots(n * 4, 0.1f);
+  std::vector<int64_t> metadata(n * kNumMetadata, 1);
+  Table found_or_inserted(config), inserted(config), imported(config);
+  std::vector<float> out(n * 4);
+  found_or_inserted.FindOrInsert(keys.data(), n, out.data(), kThreads);
+  inserted.Insert(keys.data(), n, values.data(), kThreads);
+  imported.Import(keys.data(), n, values.data(), slots.data(), metadata.data(), kThreads);
+  for (const Table* t : {&found_or_inserted, &inserted, &imported}) {
+    CHECK_TRUE(t->Size() == n);
+    CHECK_TRUE(t->IndexRehashes() <= 2 * stripes);
+  }
+  std::vector<float> v, sl;
+  int64_t meta[kNumMetadata];
+  CHECK_TRUE(imported.DebugRow(keys[n - 1], &v, &sl, meta) && v[3] == 0.5f && sl[0] == 0.1f && meta[kCount] == 1);
+}
 }  // namespace
 }  // namespace tfps
 
@@ -499,6 +523,7 @@ int main() {
   tfps::TestPopulateForWriteBacksExactlyTheRangesPages();
   tfps::TestBatchInsertMatchesSmallBatches();
   tfps::TestRepeatedKeysSizeTheIndexByDistinctKeys();
+  tfps::TestBatchesIntoAnEmptyTableRehashEachStripeOnce();
   tfps::TestEdgeKeysAreOrdinary();
   tfps::TestInitialValuesAreDeterministic();
   tfps::TestGrowthRemoveAndReinsert();
