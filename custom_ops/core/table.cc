@@ -444,33 +444,30 @@ void Table::Clear() {
   row_memory_.ReleaseAll();
 }
 
-int64_t Table::Size() const {
+template <typename Fn>
+int64_t Table::SumOverStripes(Fn&& count) const {
   int64_t total = 0;
   for (const auto& s : stripes_) {
     std::shared_lock<std::shared_mutex> lock(s->mu);
-    total += static_cast<int64_t>(s->size);
+    total += count(*s);
   }
   return total;
+}
+
+int64_t Table::Size() const {
+  return SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.size); });
 }
 
 int64_t Table::MemoryBytes() const {
-  int64_t total = 0;
-  for (const auto& s : stripes_) {
-    std::shared_lock<std::shared_mutex> lock(s->mu);
-    total += static_cast<int64_t>(s->capacity * (1 + sizeof(uint32_t)));
-    total += static_cast<int64_t>(s->free_rows.capacity() * sizeof(uint32_t) +
-                                  s->live.capacity() * sizeof(uint64_t));
-  }
-  return total + RowMemoryBytes();
+  return RowMemoryBytes() + SumOverStripes([](const Stripe& s) {
+    return static_cast<int64_t>(s.capacity * (1 + sizeof(uint32_t)) +
+                                s.free_rows.capacity() * sizeof(uint32_t) +
+                                s.live.capacity() * sizeof(uint64_t));
+  });
 }
 
 int64_t Table::IndexRehashes() const {
-  int64_t total = 0;
-  for (const auto& s : stripes_) {
-    std::shared_lock<std::shared_mutex> lock(s->mu);
-    total += static_cast<int64_t>(s->rehashes);
-  }
-  return total;
+  return SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.rehashes); });
 }
 
 ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {

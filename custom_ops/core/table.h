@@ -143,6 +143,9 @@ class Table {
   // shared_lock (fn only reads), a stripe's group may be split over several calls.
   void ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per_key, bool shared_lock,
                           const ParallelFor& parallel_for, Fn&& fn) const;
+  // Sum of count(stripe) over the stripes, each read under its shared lock.
+  template <typename Fn>
+  int64_t SumOverStripes(Fn&& count) const;
 
   TableConfig config_;
   size_t row_bytes_;
