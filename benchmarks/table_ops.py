@@ -329,7 +329,8 @@ def main():
     parser.add_argument("--impl")
     parser.add_argument("--dims", default="8,64")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of throughput and growth children, each implementation once per round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of throughput and growth children, each implementation once per round")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")

@@ -52,11 +52,13 @@ void* BlockCache::Take(size_t bytes) {
       idle_bytes_ -= b.size;
       lent_.emplace(b.base, Lent{b, true});
       lent_bytes_ += b.size;
-      lock.unlock();
-      // Outside the lock: the block is this caller's now.
-      const size_t collapse_done = CollapseMore(static_cast<char*>(b.base), b.size, b.collapse_done);
-      lock.lock();
-      lent_[b.base].block.collapse_done = collapse_done;
+      if (b.collapse_done < b.size) {
+        lock.unlock();
+        // Outside the lock: the block is this caller's until it gives it back.
+        const size_t done = CollapseMore(static_cast<char*>(b.base), b.size, b.collapse_done);
+        lock.lock();
+        lent_.find(b.base)->second.block.collapse_done = done;
+      }
       return b.base;
     }
   }

@@ -6,10 +6,10 @@
 // A table writes rows grouped by stripe, so they land scattered over the output, and with
 // 4 KiB pages nearly every row written misses the TLB. Blocks of 2 MiB or more therefore
 // start on a 2 MiB boundary and move onto transparent huge pages while they are reused,
-// a few ms of work per reuse (find_or_insert of 1M keys at dim 8 on a 2-core VM: 137 ms of user time
-// with 4 KiB pages, 95 ms with huge ones). A fresh block starts on small pages: on virtual
-// machines a fresh huge page can take several ms to back, and a whole block of them would
-// stall its first call.
+// a few ms of work per reuse (find_or_insert of 1M keys at dim 8 on a 2-core VM: 137 ms
+// of user time with 4 KiB pages, 95 ms with huge ones). A fresh block starts on small
+// pages: on virtual machines a fresh huge page can take several ms to back, and a whole
+// block of them would stall its first call.
 #ifndef TFPS_CORE_BLOCK_CACHE_H_
 #define TFPS_CORE_BLOCK_CACHE_H_
 

@@ -54,8 +54,8 @@ void* MapHugePageAligned(size_t bytes, bool huge_pages) {
   char* raw = static_cast<char*>(
       mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (raw == MAP_FAILED) return nullptr;
-  const uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-  char* aligned = reinterpret_cast<char*>(start);
+  char* aligned = reinterpret_cast<char*>(
+      (reinterpret_cast<uintptr_t>(raw) + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
   if (aligned > raw) munmap(raw, aligned - raw);
   const size_t tail = (raw + span) - (aligned + bytes);
   if (tail > 0) munmap(aligned + bytes, tail);
@@ -76,7 +76,8 @@ void* RegionAllocator::Allocate(size_t bytes) {
   bytes = (bytes + 63) & ~size_t{63};
   std::lock_guard<std::mutex> lock(mu_);
   if (regions_.empty() || used_ + bytes > regions_.back().size) {
-    const size_t size = std::max(kRegionBytes, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
+    const size_t size =
+        std::max(kRegionBytes, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
     char* base = static_cast<char*>(MapHugePageAligned(size, huge_pages_));
     if (base == nullptr) throw std::bad_alloc();
     regions_.push_back(Region{base, size});

@@ -126,7 +126,8 @@ struct Stripe {
   // Group counts need not be powers of two: a hash maps to its home group by a
   // multiply-shift of 32 of its bits, and probing steps through the groups in turn.
   size_t HomeGroup(uint64_t hash) const {
-    return static_cast<size_t>((((hash >> kControlHashBits) & 0xffffffffu) * (capacity / kGroup)) >> 32);
+    const uint64_t bits = (hash >> kControlHashBits) & 0xffffffffu;
+    return static_cast<size_t>((bits * (capacity / kGroup)) >> 32);
   }
   size_t NextGroup(size_t g) const { return g + 1 == capacity / kGroup ? 0 : g + 1; }
   bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
