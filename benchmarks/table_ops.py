@@ -4,9 +4,10 @@ Prints one JSON line per measurement, then a summary line per target. Every
 implementation runs in its own child process, so memory that TensorFlow's tables never
 give back does not distort the next measurement. The throughput and growth children run
 in rounds, every implementation once per round, and the summary takes each figure's
-median over the rounds (the longest growth call included): on a shared machine a slow
-spell can triple one child's times, and it then moves a ratio only if it lasts through
-most rounds.
+median over the rounds: on a shared machine a slow spell can triple one child's times,
+and it then moves a ratio only if it lasts through most rounds. The growth stall target
+is the exception: no single call may stall, so it is judged on the longest call of any
+round.
 
 apply_gradients gets the unique keys of a batch in first-occurrence order (what tf.unique
 gives a training step), and so does the pre-sized variable's sparse Adagrad, as row
@@ -304,10 +305,11 @@ def summarize(records):
         lines.append({"summary": "growth >= 5x DenseHashTable cold growth", "ratio": round(ours / theirs, 2),
                       "target": 5.0, "met": ours / theirs >= 5.0,
                       "ratio_each_round": [round(o / t, 2) for o, t in each_round]})
-        stall = get("tfps", "growth", field="max_call_ms")
-        lines.append({"summary": "no growth call over 100 ms", "max_call_ms": stall,
-                      "max_call_ms_each_round": get("tfps", "growth", field="max_call_ms_each_round"),
-                      "met": stall <= 100})
+        # "No single call" is judged on the longest call of every round, not on a median.
+        stalls = get("tfps", "growth", field="max_call_ms_each_round") or [get("tfps", "growth",
+                                                                             field="max_call_ms")]
+        lines.append({"summary": "no growth call over 100 ms", "max_call_ms": max(stalls),
+                      "max_call_ms_each_round": stalls, "met": max(stalls) <= 100})
     if get("tfra", "growth"):
         lines.append({"summary": "growth vs TFRA CuckooHashTable cold growth",
                       "ratio": round(ours / get("tfra", "growth"), 2)})
