@@ -489,7 +489,6 @@ void TestRepeatedKeysSizeTheIndexByDistinctKeys() {
   CHECK_TRUE(found == out_unique);
 }
 
-
 // Every call that adds keys sizes a young stripe's index for its batch at once: a batch of
 // 60K new keys into an empty table rebuilds each of the 256 stripes' indexes about once.
 // Growing step by step while the keys arrived rebuilt each about five times.
@@ -511,8 +510,10 @@ void TestBatchesIntoAnEmptyTableRehashEachStripeOnce() {
   }
   std::vector<float> v, sl;
   int64_t meta[kNumMetadata];
-  CHECK_TRUE(imported.DebugRow(keys[n - 1], &v, &sl, meta) && v[3] == 0.5f && sl[0] == 0.1f && meta[kCount] == 1);
+  CHECK_TRUE(imported.DebugRow(keys[n - 1], &v, &sl, meta) && v[3] == 0.5f && sl[0] == 0.1f &&
+             meta[kCount] == 1);
 }
+
 }  // namespace
 }  // namespace tfps
 
