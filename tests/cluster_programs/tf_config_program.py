@@ -2,7 +2,8 @@
 tests: ps and worker tasks serve; the chief runs `--steps` coordinator steps that add to a
 PS variable, prints the total and exits with `--exit_code`. Each task writes a line
 "<type>_<index> <pid>" to the FIFO `--pid_pipe`. With `--hold_at N` the chief stops after
-N steps until it receives SIGUSR1, so a test can act on a running cluster at a known point."""
+N steps, writes "chief_0:holding <pid>" there and waits for SIGUSR1, so a test can act on a
+running cluster at a known point."""
 
 import argparse
 import json
@@ -17,6 +18,13 @@ signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
 import tensorflow as tf  # noqa: E402
 
 
+def announce(pid_pipe, name):
+    """Writes "<name> <pid>" to the FIFO, if there is one."""
+    if pid_pipe:
+        with open(pid_pipe, "w") as pipe:  # one short write: atomic on a FIFO
+            pipe.write(f"{name} {os.getpid()}\n")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
@@ -27,9 +35,7 @@ def main():
     args = parser.parse_args()
     config = json.loads(os.environ["TF_CONFIG"])
     task = config["task"]
-    if args.pid_pipe:
-        with open(args.pid_pipe, "w") as pipe:  # one short write: atomic on a FIFO
-            pipe.write(f"{task['type']}_{task['index']} {os.getpid()}\n")
+    announce(args.pid_pipe, f"{task['type']}_{task['index']}")
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if task["type"] in ("ps", "worker"):
         server_config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=8)
@@ -47,8 +53,10 @@ def main():
         return total.read_value()
 
     for i in range(args.steps):
-        if i == args.hold_at and signal.sigtimedwait({signal.SIGUSR1}, args.hold_seconds) is None:
-            sys.exit(f"chief: no SIGUSR1 within {args.hold_seconds} s of holding")
+        if i == args.hold_at:
+            announce(args.pid_pipe, "chief_0:holding")
+            if signal.sigtimedwait({signal.SIGUSR1}, args.hold_seconds) is None:
+                sys.exit(f"chief: no SIGUSR1 within {args.hold_seconds} s of holding")
         coordinator.schedule(step)
     coordinator.join()
     print(f"chief done: total={total.numpy():.0f}", flush=True)
