@@ -203,7 +203,8 @@ void ReserveForBatch(Stripe& s, const StripeBatch& batch, size_t row_bytes) {
 RowView AcquireRow(const TableConfig& config, const RowLayout& layout, Stripe& s,
                    const StripeBatch& batch, int64_t j, size_t row_bytes) {
   bool inserted;
-  const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes, &inserted));
+  const RowView row =
+      layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes, &inserted));
   if (inserted) InitializeRow(config, row);
   return row;
 }
@@ -412,7 +413,8 @@ void Table::Import(const uint64_t* keys, int64_t n, const float* values, const f
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
       bool inserted;
-      const RowView row = layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
+      const RowView row =
+          layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
       std::memcpy(row.value, values + i * dim, dim * sizeof(float));
       std::memcpy(row.slots, slots + i * slot_width, slot_width * sizeof(float));
       const int64_t* meta = metadata + i * kNumMetadata;
