@@ -93,6 +93,38 @@ def test_memory_of_a_deleted_table_goes_back():
     assert after - base <= 0.15 * (grown - base), (base, grown, after)
 
 
+@pytest.mark.parametrize("cache_mb", ["0", "512"])
+def test_a_freed_large_output_is_kept_only_by_the_output_cache(cache_mb):
+    out = _run_python(f"""
+        import os
+        os.environ['TFPS_OUTPUT_CACHE_MB'] = '{cache_mb}'
+        import gc, numpy as np, tfps
+        def rss():
+            return int(open('/proc/self/statm').read().split()[1]) * 4096
+        t = tfps.DynamicTable(64, optimizer='sgd')
+        keys = np.arange(250_000, dtype=np.int64)
+        t.find_or_insert(keys)
+        gc.collect()
+        base = rss()
+        rows = t.find(keys)
+        held = rss()
+        del rows
+        gc.collect()
+        print(base, held, rss())
+    """)
+    assert out.returncode == 0, out.stderr[-2000:]
+    base, held, after = map(int, out.stdout.split())
+    output_bytes = 250_000 * 64 * 4
+    if cache_mb == "0":
+        # Each output is fresh memory and goes back when freed, whatever TF's allocator pools.
+        assert held - base >= 0.9 * output_bytes, (base, held, after)
+        assert after - base <= 0.1 * output_bytes, (base, held, after)
+    else:
+        # The find reuses the block freed by find_or_insert, and the cache keeps it after.
+        assert abs(held - base) <= 0.1 * output_bytes, (base, held, after)
+        assert abs(after - base) <= 0.1 * output_bytes, (base, held, after)
+
+
 def test_loader_names_both_versions_for_a_mismatched_library(tmp_path):
     fake = tmp_path / "_tfps_ops.so"
     fake.write_bytes(b"\x7fELF....TFPS_BUILT_FOR_TENSORFLOW=2.16.2;....")

@@ -2,6 +2,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -351,6 +352,19 @@ void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
   CHECK_TRUE(cache.Take(10 * kMiB) == big);
 }
 
+// A cache that may keep nothing idle hands every returned block straight back to the OS.
+void TestBlockCacheWithoutRoomUnmapsReturnedBlocks() {
+  constexpr size_t kMiB = size_t{1} << 20;
+  BlockCache cache(0);
+  char* a = static_cast<char*>(cache.Take(10 * kMiB));
+  std::memset(a, 7, 10 * kMiB);
+  cache.Give(a);
+  CHECK_TRUE(cache.IdleBytes() == 0 && cache.LentBytes() == 0);
+  unsigned char resident[1];
+  // mincore fails with ENOMEM on an address that is no longer mapped.
+  CHECK_TRUE(mincore(a, 4096, resident) != 0 && errno == ENOMEM);
+}
+
 // The kB on transparent huge pages ("AnonHugePages:" in /proc/self/smaps) of the mapping
 // holding `p`; -1 when it cannot be read.
 int64_t HugePageKiB(const void* p) {
@@ -519,6 +533,7 @@ void TestBatchesIntoAnEmptyTableRehashEachStripeOnce() {
 
 int main() {
   tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
+  tfps::TestBlockCacheWithoutRoomUnmapsReturnedBlocks();
   tfps::TestBlockCacheMovesReusedBlocksOntoHugePages();
   tfps::TestPopulateForWriteKeepsContents();
   tfps::TestPopulateForWriteBacksExactlyTheRangesPages();

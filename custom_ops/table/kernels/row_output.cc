@@ -1,5 +1,6 @@
 #include "custom_ops/table/kernels/row_output.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -27,12 +28,14 @@ class CachedBlockAllocator : public ::tensorflow::Allocator {
   BlockCache cache_;
 };
 
-// Null when the cache is turned off. Never destroyed: outputs may outlive every kernel.
+// With the cache turned off it keeps no idle block: each large output is a fresh mapping,
+// unmapped when the output is freed. TF's own allocator would not do: with oneDNN on (the
+// default on CPUs with AVX-512 VNNI) it pools freed memory in a BFC allocator for good.
+// Never destroyed: outputs may outlive every kernel.
 CachedBlockAllocator* RowOutputAllocator() {
-  static CachedBlockAllocator* const allocator = []() -> CachedBlockAllocator* {
+  static CachedBlockAllocator* const allocator = [] {
     const char* env = std::getenv("TFPS_OUTPUT_CACHE_MB");
-    const long long megabytes = env == nullptr ? 512 : std::atoll(env);
-    if (megabytes <= 0) return nullptr;
+    const long long megabytes = env == nullptr ? 512 : std::max(0LL, std::atoll(env));
     return new CachedBlockAllocator(static_cast<size_t>(megabytes) << 20);
   }();
   return allocator;
@@ -47,16 +50,17 @@ absl::Status AllocateRowOutput(::tensorflow::OpKernelContext* ctx, int index,
   if (bytes < kLargeOutputBytes) return ctx->allocate_output(index, shape, out);
   ::tensorflow::Tensor* rows = nullptr;
   bool backed = false;
-  if (CachedBlockAllocator* allocator = RowOutputAllocator()) {
-    ::tensorflow::Tensor cached(allocator, ::tensorflow::DT_FLOAT, shape);
-    if (cached.IsInitialized()) {
-      ctx->set_output(index, cached);
-      rows = ctx->mutable_output(index);
-      // A reused block is backed already; backing it again would walk every page for nothing.
-      backed = allocator->WasReused(rows->data());
-    }
+  CachedBlockAllocator* allocator = RowOutputAllocator();
+  ::tensorflow::Tensor cached(allocator, ::tensorflow::DT_FLOAT, shape);
+  if (cached.IsInitialized()) {
+    ctx->set_output(index, cached);
+    rows = ctx->mutable_output(index);
+    // A reused block is backed already; backing it again would walk every page for nothing.
+    backed = allocator->WasReused(rows->data());
+  } else {
+    // No mapping to be had; the op's allocator may still find memory.
+    TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, &rows));
   }
-  if (rows == nullptr) TF_RETURN_IF_ERROR(ctx->allocate_output(index, shape, &rows));
   if (!backed) PopulateInParallel(rows->data(), bytes, DeviceParallelFor(ctx));
   *out = rows;
   return absl::OkStatus();
