@@ -37,7 +37,7 @@ BlockCache::~BlockCache() {
   for (const Block& b : idle_) munmap(b.base, b.size);
 }
 
-void* BlockCache::Take(size_t bytes) {
+void* BlockCache::Take(size_t bytes, bool huge_pages) {
   const size_t size = (bytes + kGranule - 1) / kGranule * kGranule;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -52,7 +52,7 @@ void* BlockCache::Take(size_t bytes) {
       idle_bytes_ -= b.size;
       lent_.emplace(b.base, Lent{b, true});
       lent_bytes_ += b.size;
-      if (b.collapse_done < b.size) {
+      if (huge_pages && b.collapse_done < b.size) {
         lock.unlock();
         // Outside the lock: the block is this caller's until it gives it back.
         const size_t done = CollapseMore(static_cast<char*>(b.base), b.size, b.collapse_done);

@@ -4,12 +4,14 @@
 // keeps its pages, so the next result of a similar size is written at memory speed.
 //
 // A table writes rows grouped by stripe, so they land scattered over the output, and with
-// 4 KiB pages nearly every row written misses the TLB. Blocks of 2 MiB or more therefore
-// start on a 2 MiB boundary and move onto transparent huge pages while they are reused,
-// a few ms of work per reuse (find_or_insert of 1M keys at dim 8 on a 2-core VM: 137 ms
-// of user time with 4 KiB pages, 95 ms with huge ones). A fresh block starts on small
-// pages: on virtual machines a fresh huge page can take several ms to back, and a whole
-// block of them would stall its first call.
+// 4 KiB pages a narrow row written nearly always misses the TLB. Blocks of 2 MiB or more
+// therefore start on a 2 MiB boundary, and a caller may ask for a reused block to move
+// onto transparent huge pages, a few ms of work on its thread per reuse (find_or_insert of
+// 1M keys at dim 8 on one 2-core VM: 137 ms of user time with 4 KiB pages, 95 ms with huge
+// ones). Wide rows gain nothing: on a Zen 5 VM a 1M-key find at dim 64 took 33-34 ms into
+// huge output pages against 30 ms into small ones, long after the move was done. A fresh
+// block starts on small pages either way: on virtual machines a fresh huge page can take
+// several ms to back, and a whole block of them would stall its first call.
 #ifndef TFPS_CORE_BLOCK_CACHE_H_
 #define TFPS_CORE_BLOCK_CACHE_H_
 
@@ -30,8 +32,8 @@ class BlockCache {
 
   // A page-aligned block of at least `bytes` (2 MiB-aligned from 2 MiB on), or nullptr
   // when memory is exhausted. An idle block is reused only if it wastes at most a quarter
-  // of its size; reusing one moves more of it onto huge pages. Thread-safe.
-  void* Take(size_t bytes);
+  // of its size; with `huge_pages`, reusing one moves more of it onto them. Thread-safe.
+  void* Take(size_t bytes, bool huge_pages);
   // Returns a block from Take. Thread-safe.
   void Give(void* block);
   // Whether a lent block came from the idle ones (its pages are backed) rather than from a

@@ -329,34 +329,34 @@ void TestConcurrentStressMatchesReplay() {
 void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
   constexpr size_t kMiB = size_t{1} << 20;
   BlockCache cache(16 * kMiB);
-  char* a = static_cast<char*>(cache.Take(10 * kMiB));
+  char* a = static_cast<char*>(cache.Take(10 * kMiB, /*huge_pages=*/false));
   CHECK_TRUE(a != nullptr && reinterpret_cast<uintptr_t>(a) % 4096 == 0);
   CHECK_TRUE(!cache.WasReused(a));
   std::memset(a, 7, 10 * kMiB);
   cache.Give(a);
   CHECK_TRUE(cache.IdleBytes() == 10 * kMiB && cache.LentBytes() == 0);
   // A similar size gets the same block back, pages and contents kept.
-  char* again = static_cast<char*>(cache.Take(9 * kMiB));
+  char* again = static_cast<char*>(cache.Take(9 * kMiB, /*huge_pages=*/false));
   CHECK_TRUE(again == a && cache.WasReused(a));
   CHECK_TRUE(again[0] == 7 && again[9 * kMiB - 1] == 7);
   // Too small for it: a quarter of the block or more would be wasted.
-  char* small = static_cast<char*>(cache.Take(4 * kMiB));
+  char* small = static_cast<char*>(cache.Take(4 * kMiB, /*huge_pages=*/false));
   CHECK_TRUE(small != a && !cache.WasReused(small));
-  char* big = static_cast<char*>(cache.Take(12 * kMiB));
+  char* big = static_cast<char*>(cache.Take(12 * kMiB, /*huge_pages=*/false));
   CHECK_TRUE(cache.LentBytes() == 26 * kMiB);
   cache.Give(a);
   cache.Give(small);
   cache.Give(big);
   // 26 MiB idle is over the 16 MiB limit: the oldest returned block goes first.
   CHECK_TRUE(cache.IdleBytes() == 16 * kMiB);
-  CHECK_TRUE(cache.Take(10 * kMiB) == big);
+  CHECK_TRUE(cache.Take(10 * kMiB, /*huge_pages=*/false) == big);
 }
 
 // A cache that may keep nothing idle hands every returned block straight back to the OS.
 void TestBlockCacheWithoutRoomUnmapsReturnedBlocks() {
   constexpr size_t kMiB = size_t{1} << 20;
   BlockCache cache(0);
-  char* a = static_cast<char*>(cache.Take(10 * kMiB));
+  char* a = static_cast<char*>(cache.Take(10 * kMiB, /*huge_pages=*/false));
   std::memset(a, 7, 10 * kMiB);
   cache.Give(a);
   CHECK_TRUE(cache.IdleBytes() == 0 && cache.LentBytes() == 0);
@@ -398,21 +398,28 @@ bool CanCollapse() {
 }
 
 // Rows land scattered over a large output; huge pages spare a TLB miss per row. A fresh
-// block starts on small pages and moves onto huge ones, at least 2 MiB per reuse.
+// block starts on small pages and, when asked, moves onto huge ones, at least 2 MiB per
+// reuse.
 void TestBlockCacheMovesReusedBlocksOntoHugePages() {
   constexpr size_t kMiB = size_t{1} << 20;
   BlockCache cache(64 * kMiB);
   const size_t bytes = 17 * kMiB + 100;  // 8 whole 2 MiB pieces and a tail
-  char* block = static_cast<char*>(cache.Take(bytes));
-  char* small = static_cast<char*>(cache.Take(kMiB));
+  char* block = static_cast<char*>(cache.Take(bytes, /*huge_pages=*/true));
+  char* small = static_cast<char*>(cache.Take(kMiB, /*huge_pages=*/true));
   CHECK_TRUE(block != nullptr && reinterpret_cast<uintptr_t>(block) % (2 * kMiB) == 0);
   CHECK_TRUE(small != nullptr && reinterpret_cast<uintptr_t>(small) % 4096 == 0);
   for (size_t i = 0; i < bytes; ++i) block[i] = static_cast<char>(i % 251);
   CHECK_TRUE(HugePageKiB(block) == 0);
+  // Reuses that do not ask for huge pages leave the block on small ones.
+  for (int reuse = 0; reuse < 3; ++reuse) {
+    cache.Give(block);
+    CHECK_TRUE(cache.Take(bytes, /*huge_pages=*/false) == block);
+  }
+  CHECK_TRUE(HugePageKiB(block) == 0);
   std::vector<int64_t> huge_kib;
   for (int reuse = 0; reuse < 9; ++reuse) {
     cache.Give(block);
-    CHECK_TRUE(cache.Take(bytes) == block);
+    CHECK_TRUE(cache.Take(bytes, /*huge_pages=*/true) == block);
     huge_kib.push_back(HugePageKiB(block));
   }
   if (CanCollapse()) {

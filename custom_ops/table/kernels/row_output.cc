@@ -14,31 +14,39 @@ namespace {
 
 constexpr int64_t kLargeOutputBytes = int64_t{8} << 20;
 
+// A TF allocator over the process's block cache, asking reused blocks for huge pages or not.
 class CachedBlockAllocator : public ::tensorflow::Allocator {
  public:
-  explicit CachedBlockAllocator(size_t max_idle_bytes) : cache_(max_idle_bytes) {}
+  CachedBlockAllocator(BlockCache* cache, bool huge_pages)
+      : cache_(cache), huge_pages_(huge_pages) {}
   std::string Name() override { return "tfps_row_output_cache"; }
   void* AllocateRaw(size_t alignment, size_t num_bytes) override {
-    return cache_.Take(num_bytes);  // blocks are page-aligned, beyond any asked alignment
+    // Blocks are page-aligned, beyond any asked alignment.
+    return cache_->Take(num_bytes, huge_pages_);
   }
-  void DeallocateRaw(void* ptr) override { cache_.Give(ptr); }
-  bool WasReused(const void* ptr) const { return cache_.WasReused(ptr); }
+  void DeallocateRaw(void* ptr) override { cache_->Give(ptr); }
+  bool WasReused(const void* ptr) const { return cache_->WasReused(ptr); }
 
  private:
-  BlockCache cache_;
+  BlockCache* const cache_;
+  const bool huge_pages_;
 };
 
+// Outputs whose rows are narrower than a cache line move onto huge pages while reused (see
+// block_cache.h: a TLB miss per row costs them most, and wide rows gained nothing).
 // With the cache turned off it keeps no idle block: each large output is a fresh mapping,
 // unmapped when the output is freed. TF's own allocator would not do: with oneDNN on (the
 // default on CPUs with AVX-512 VNNI) it pools freed memory in a BFC allocator for good.
 // Never destroyed: outputs may outlive every kernel.
-CachedBlockAllocator* RowOutputAllocator() {
-  static CachedBlockAllocator* const allocator = [] {
+CachedBlockAllocator* RowOutputAllocator(int64_t row_bytes) {
+  static BlockCache* const cache = [] {
     const char* env = std::getenv("TFPS_OUTPUT_CACHE_MB");
     const long long megabytes = env == nullptr ? 512 : std::max(0LL, std::atoll(env));
-    return new CachedBlockAllocator(static_cast<size_t>(megabytes) << 20);
+    return new BlockCache(static_cast<size_t>(megabytes) << 20);
   }();
-  return allocator;
+  static CachedBlockAllocator* const narrow_rows = new CachedBlockAllocator(cache, true);
+  static CachedBlockAllocator* const wide_rows = new CachedBlockAllocator(cache, false);
+  return row_bytes < 64 ? narrow_rows : wide_rows;
 }
 
 }  // namespace
@@ -50,7 +58,9 @@ absl::Status AllocateRowOutput(::tensorflow::OpKernelContext* ctx, int index,
   if (bytes < kLargeOutputBytes) return ctx->allocate_output(index, shape, out);
   ::tensorflow::Tensor* rows = nullptr;
   bool backed = false;
-  CachedBlockAllocator* allocator = RowOutputAllocator();
+  const int64_t row_bytes =
+      shape.dims() > 0 ? shape.dim_size(shape.dims() - 1) * int64_t{sizeof(float)} : 0;
+  CachedBlockAllocator* allocator = RowOutputAllocator(row_bytes);
   ::tensorflow::Tensor cached(allocator, ::tensorflow::DT_FLOAT, shape);
   if (cached.IsInitialized()) {
     ctx->set_output(index, cached);
