@@ -65,18 +65,28 @@ def test_optimizer_and_initializer_configs_round_trip():
         assert tfps.initializers.get(tfps.initializers.serialize(init)) == init
 
 
-def _run_python(code):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+def _run_python(code, **env):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)),
                           timeout=300)
 
 
-def test_memory_of_a_deleted_table_goes_back():
-    out = _run_python("""
+def _rss_readings(code, **env):
+    """Runs `code` in a fresh interpreter where rss() reads its resident bytes; returns the
+    numbers it prints."""
+    prelude = """
         import gc, numpy as np, tfps
         def rss():
             return int(open('/proc/self/statm').read().split()[1]) * 4096
+    """
+    out = _run_python(textwrap.dedent(prelude) + textwrap.dedent(code), **env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return list(map(int, out.stdout.split()))
+
+
+def test_memory_of_a_deleted_table_goes_back():
+    base, grown, after = _rss_readings("""
         base = rss()
         t = tfps.DynamicTable(64, optimizer='adagrad')
         for b in range(4):
@@ -86,8 +96,6 @@ def test_memory_of_a_deleted_table_goes_back():
         gc.collect()
         print(base, grown, rss())
     """)
-    assert out.returncode == 0, out.stderr[-2000:]
-    base, grown, after = map(int, out.stdout.split())
     table_bytes = 1_000_000 * 64 * 4 * 2
     assert grown - base >= table_bytes
     assert after - base <= 0.15 * (grown - base), (base, grown, after)
@@ -95,12 +103,7 @@ def test_memory_of_a_deleted_table_goes_back():
 
 @pytest.mark.parametrize("cache_mb", ["0", "512"])
 def test_a_freed_large_output_is_kept_only_by_the_output_cache(cache_mb):
-    out = _run_python(f"""
-        import os
-        os.environ['TFPS_OUTPUT_CACHE_MB'] = '{cache_mb}'
-        import gc, numpy as np, tfps
-        def rss():
-            return int(open('/proc/self/statm').read().split()[1]) * 4096
+    base, held, after = _rss_readings("""
         t = tfps.DynamicTable(64, optimizer='sgd')
         keys = np.arange(250_000, dtype=np.int64)
         t.find_or_insert(keys)
@@ -111,9 +114,7 @@ def test_a_freed_large_output_is_kept_only_by_the_output_cache(cache_mb):
         del rows
         gc.collect()
         print(base, held, rss())
-    """)
-    assert out.returncode == 0, out.stderr[-2000:]
-    base, held, after = map(int, out.stdout.split())
+    """, TFPS_OUTPUT_CACHE_MB=cache_mb)
     output_bytes = 250_000 * 64 * 4
     if cache_mb == "0":
         # Each output is fresh memory and goes back when freed, whatever TF's allocator pools.
