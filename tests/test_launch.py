@@ -85,7 +85,11 @@ def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
     # cluster then, and a worker killed before it connects fails the connection itself.
     pids.wait_for(lambda started: set(started) >= TASKS | {"chief_0:holding"}, 300,
                   "the chief to hold at step 30")
-    os.kill(pids.pids["worker_0"], signal.SIGKILL)
+    killed = pids.pids["worker_0"]
+    os.kill(killed, signal.SIGKILL)
+    # Released only once the launcher has started a new worker_0: a chief let go at once can
+    # finish its steps on worker_1 before the launcher's next look at its tasks.
+    pids.wait_for(lambda started: started["worker_0"] != killed, 120, "worker_0 to restart")
     os.kill(pids.pids["chief_0"], signal.SIGUSR1)  # the chief goes on with steps 30..59
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
