@@ -34,6 +34,12 @@ def rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def flush_deferred_frees():
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        tf.constant(0)  # deallocating an eager tensor empties TF's deferred-decref cache
+
+
 @contextlib.contextmanager
 def gc_paused():
     """Python's garbage collector off while timing, as timeit does: with TensorFlow loaded a
@@ -44,9 +50,7 @@ def gc_paused():
     timed call of the growth run used to free its key batches' conversion arrays (32 MB,
     4-5 ms)."""
     gc.collect()
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        tf.constant(0)  # deallocating an eager tensor empties TF's deferred-decref cache
+    flush_deferred_frees()
     gc.disable()
     try:
         yield
@@ -57,14 +61,22 @@ def gc_paused():
 def median_seconds(fn, repeats=5, setup=None):
     """Median wall time of fn() over `repeats` runs; setup() runs untimed before each.
 
+    The repeats run back to back, as in timeit and as a training loop calls the ops: one
+    full collection before the series, none between repeats. A collection before every
+    repeat (about 150 ms of single-threaded Python on a 2-core VM) left the op's pool
+    threads idle and the caches full of Python objects, so every timed call was a cold one:
+    a 1M-key tfps find at dim 8 took 11 ms back to back, 15 ms after 30 ms of sleep and
+    19 ms after a collection.
+
     Eager CPU ops finish inside the call, so fn() needs no .numpy(): converting a large
     result and freeing the previous one adds noise of its own (seen: up to 0.9 s at 256 MB).
     """
     times = []
-    for _ in range(repeats):
-        if setup is not None:
-            setup()
-        with gc_paused():
+    with gc_paused():
+        for _ in range(repeats):
+            if setup is not None:
+                setup()
+            flush_deferred_frees()
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
