@@ -19,6 +19,7 @@ indices; that variable's best case, every row in memory order, is printed for th
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -348,7 +349,9 @@ def main():
     records = []
     impls = ["tfps", "dense_hash_table", "mutable_hash_table", "presized_variable"]
     try:
-        import tensorflow_recommenders_addons  # noqa: F401
+        # Its import prints a notice to stdout, which carries only JSON lines here.
+        with contextlib.redirect_stdout(sys.stderr):
+            import tensorflow_recommenders_addons  # noqa: F401
         impls.append("tfra")
     except ImportError:
         common.emit({"note": "tensorflow-recommenders-addons is not importable here; skipped"})
