@@ -14,6 +14,7 @@ namespace tfps {
 void* AllocateZeroed(size_t bytes);
 void Deallocate(void* block, size_t bytes);
 
+constexpr size_t kCacheLineBytes = 64;
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // Zero-filled mapping of `bytes` starting on a 2 MiB boundary, so that all of its whole

@@ -70,7 +70,7 @@ inline int LowestBit(uint32_t mask) { return __builtin_ctz(mask); }
 template <int kWrite = 0>
 inline void PrefetchLines(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, kWrite);
+  for (size_t off = 0; off < bytes; off += kCacheLineBytes) __builtin_prefetch(c + off, kWrite);
 }
 
 inline uint32_t ClampToU32(int64_t v) {

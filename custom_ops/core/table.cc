@@ -69,7 +69,8 @@ struct RowWriter {
 template <typename Fn>
 void WithRowWriter(const float* out, int dim, Fn&& fn) {
 #if defined(__SSE2__)
-  if (dim % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 64 == 0) {
+  if (dim * sizeof(float) % kCacheLineBytes == 0 &&
+      reinterpret_cast<uintptr_t>(out) % kCacheLineBytes == 0) {
     fn(RowWriter<true>());
     return;
   }

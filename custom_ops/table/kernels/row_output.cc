@@ -5,6 +5,7 @@
 #include <string>
 
 #include "custom_ops/core/block_cache.h"
+#include "custom_ops/core/memory.h"
 #include "custom_ops/core/table.h"
 #include "custom_ops/table/kernels/table_resource.h"
 #include "tensorflow/core/framework/allocator.h"
@@ -13,7 +14,6 @@ namespace tfps {
 namespace {
 
 constexpr int64_t kLargeOutputBytes = int64_t{8} << 20;
-constexpr int64_t kCacheLineBytes = 64;
 
 // A TF allocator over the process's block cache, asking reused blocks for huge pages or not.
 class CachedBlockAllocator : public ::tensorflow::Allocator {
@@ -47,7 +47,7 @@ CachedBlockAllocator* RowOutputAllocator(int64_t row_bytes) {
   }();
   static CachedBlockAllocator* const narrow_rows = new CachedBlockAllocator(cache, true);
   static CachedBlockAllocator* const wide_rows = new CachedBlockAllocator(cache, false);
-  return row_bytes < kCacheLineBytes ? narrow_rows : wide_rows;
+  return row_bytes < static_cast<int64_t>(kCacheLineBytes) ? narrow_rows : wide_rows;
 }
 
 }  // namespace
