@@ -6,9 +6,15 @@ import tf_keras as keras
 
 from tfps import initializers as initializers_lib
 from tfps import keys as keys_lib
+from tfps import optimizer_bridge
 from tfps import optimizers as optimizers_lib
 from tfps import stock_ops
 from tfps.sharded_table import ShardedTable
+
+try:
+    from tensorflow.python.eager.record import could_possibly_record
+except ImportError:  # TensorFlow before 2.13
+    from tensorflow.python.eager.tape import could_possibly_record
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
 UNSEEN = ("zeros", "initial")
@@ -17,11 +23,15 @@ UNSEEN = ("zeros", "initial")
 class DynamicEmbedding(keras.layers.Layer):
     """Embeds 64-bit IDs with a dynamic table sharded over the parameter servers.
 
-    In training (model.fit) a lookup inserts new IDs and the backward pass sends the
-    summed gradient of each unique ID to its shard, where the table's own optimizer
-    updates the row; the Keras optimizer given to compile trains only dense variables. In
-    inference (predict, evaluate, training=False) nothing is inserted or updated, and an ID
-    never seen reads as zeros (unseen="zeros") or as its initial value ("initial").
+    A training lookup (model.fit, training=True, or a plain call under a GradientTape)
+    inserts new IDs; its gradient reaches the Keras optimizer through the layer's
+    zero-size `table_proxy` variable, and the optimizer's apply step sends it to the table,
+    whose own optimizer (`optimizer` below) updates the rows on the parameter servers. So
+    the table trains once per optimizer step, with every use of the layer in the step
+    summed, after loss-scale unscaling and clipping, and not when the layer is frozen
+    (trainable=False) or a step is skipped. In inference (predict, evaluate,
+    training=False) nothing is inserted or updated, and an ID never seen reads as zeros
+    (unseen="zeros") or as its initial value ("initial").
 
     Inputs (call(inputs, namespace=None)):
       - dense int32/int64/uint64/string tensor of shape S: output S + [dim], or with a
@@ -63,6 +73,7 @@ class DynamicEmbedding(keras.layers.Layer):
         self.optimizer = optimizers_lib.get(optimizer)
         self.seed = seed
         self.unseen = unseen
+        optimizer_bridge.check_strategy(tf.distribute.get_strategy(), self.name)
         # Created here, where the user's strategy scope is current: Keras builds layers of a
         # functional model inside its own graph, where the strategy is not visible.
         with tf.init_scope():
@@ -73,13 +84,37 @@ class DynamicEmbedding(keras.layers.Layer):
         self._serving_table = None
 
     def build(self, input_shape):
-        # The lookup's gradient function reaches the tape through this variable; its
-        # gradient is always zero, and computing it is what sends the sparse update.
-        self.apply_trigger = self.add_weight("apply_trigger", shape=(), initializer="zeros",
-                                             trainable=True)
+        # The table's stand-in among the model's variables: zero-size, so saving or applying
+        # it costs nothing. Its gradient carries the table's gradient to the Keras optimizer,
+        # whose apply step hands it to the table (tfps.optimizer_bridge).
+        self.table_proxy = self.add_weight("table_proxy", shape=(0, self.dim), initializer="zeros",
+                                           trainable=True, experimental_autocast=False)
+        optimizer_bridge.register_proxy(self.table_proxy, self)
         super().build(input_shape)
 
     def call(self, inputs, training=None, namespace=None):
+        trains = self._trains(training)
+        return self._to_compute_dtype(self._lookup(inputs, trains, namespace))
+
+    def _trains(self, training):
+        """Whether this call looks up for training: inserts new IDs and carries a gradient."""
+        if not self.trainable or self._serving_table is not None:
+            return False
+        if tf.is_tensor(training):
+            training = tf.get_static_value(training)
+        if training is None:
+            # A custom loop that calls model(x) under a GradientTape trains a stock Embedding;
+            # it trains this table too.
+            return could_possibly_record()
+        return bool(training)
+
+    def _to_compute_dtype(self, outputs):
+        # As a stock Embedding does under a mixed-precision policy.
+        if self.compute_dtype is None or outputs.dtype == self.compute_dtype:
+            return outputs
+        return tf.cast(outputs, self.compute_dtype)
+
+    def _lookup(self, inputs, trains, namespace):
         if isinstance(inputs, tf.RaggedTensor):
             if inputs.ragged_rank != 1 or inputs.shape.rank != 2:
                 raise ValueError("DynamicEmbedding: ragged input must be [batch, (k)], got shape "
@@ -87,7 +122,7 @@ class DynamicEmbedding(keras.layers.Layer):
             if namespace == "columns":
                 raise ValueError("DynamicEmbedding: namespace='columns' needs dense or sparse "
                                  "[batch, k] IDs, not ragged ones")
-            rows = self._embed(inputs.values, training, namespace)
+            rows = self._embed(inputs.values, trains, namespace)
             if self.combiner is None:
                 return tf.RaggedTensor.from_row_splits(rows, inputs.row_splits)
             return self._combine(rows, inputs.value_rowids(), inputs.nrows())
@@ -96,13 +131,13 @@ class DynamicEmbedding(keras.layers.Layer):
                 raise ValueError(f"DynamicEmbedding: sparse input must be [batch, k], got rank {inputs.shape.rank}")
             if self.combiner is None:
                 raise ValueError("DynamicEmbedding: sparse input needs a combiner (sum, mean or sqrtn)")
-            rows = self._embed(inputs.values, training, namespace, column=inputs.indices[:, 1])
+            rows = self._embed(inputs.values, trains, namespace, column=inputs.indices[:, 1])
             return self._combine(rows, inputs.indices[:, 0], inputs.dense_shape[0])
         inputs = tf.convert_to_tensor(inputs)
         if self.combiner is not None and inputs.shape.rank is not None and inputs.shape.rank < 2:
             raise ValueError("DynamicEmbedding: a combiner needs multi-hot input of rank >= 2 "
                              f"(IDs along the last axis), got shape {inputs.shape}")
-        rows = self._embed(inputs, training, namespace)
+        rows = self._embed(inputs, trains, namespace)
         if self.combiner is None:
             return rows
         summed = tf.reduce_sum(rows, axis=-2)
@@ -125,38 +160,44 @@ class DynamicEmbedding(keras.layers.Layer):
         return keys_lib.ids_to_keys(ids, 0 if namespace is None else namespace, owner="DynamicEmbedding",
                                     stock_ops=self._serving_table is not None)
 
-    def _embed(self, ids, training, namespace, column=None):
-        keys = self._keys(ids, namespace, column)
-        unique, index = tf.unique(tf.reshape(keys, [-1]), out_idx=tf.int64)
-        if training and self._serving_table is None:
-            rows = self._train_lookup(unique)
+    def _embed(self, ids, trains, namespace, column=None):
+        keys = tf.reshape(self._keys(ids, namespace, column), [-1])
+        unique, index = tf.unique(keys, out_idx=tf.int64)
+        if trains:
+            rows = self._with_table_gradient(tf.gather(self.table.find_or_insert(unique), index), keys)
         elif self._serving_table is not None:
             rows, exists = self._serving_table.find(unique)
             if self.unseen == "initial":
                 initial = stock_ops.initial_rows(unique, self.dim, self.seed, self.initializer)
                 rows = tf.where(exists[:, None], rows, initial)
+            rows = tf.gather(rows, index)
         else:
             values, exists = self.table.find(unique, return_exists=True)
             rows = values if self.unseen == "initial" else tf.where(exists[:, None], values, 0.0)
-        return tf.reshape(tf.gather(rows, index), tf.concat([tf.shape(keys), [self.dim]], 0))
+            rows = tf.gather(rows, index)
+        return tf.reshape(rows, tf.concat([tf.shape(ids), [self.dim]], 0))
 
-    def _train_lookup(self, unique):
-        # Each shard records its own apply count as the last-seen step: a global step
-        # variable would cost every training step a round trip to a parameter server.
-        step = tf.constant(-1, tf.int64)
+    def _with_table_gradient(self, rows, keys):
+        """`rows` [m, dim] of `keys` [m], whose gradient reaches table_proxy as IndexedSlices
+        over the keys (one slice per occurrence, like a stock Embedding's gather)."""
+        proxy = self.table_proxy
+        dense_shape = tf.constant([0, self.dim], tf.int64)
 
         @tf.custom_gradient
-        def lookup(keys, trigger):
-            rows = self.table.find_or_insert(keys)
+        def rows_of_table(r):
+            proxy.value()  # the read lets the tape route the gradient to the proxy
 
-            def push(row_gradients):
-                applied = self.table.apply_gradients(keys, tf.convert_to_tensor(row_gradients), step)
-                with tf.control_dependencies([applied]):
-                    return None, tf.zeros_like(trigger)
+            def gradient(dy, variables=None):
+                return None, [tf.IndexedSlices(dy, keys, dense_shape) for _ in variables]
 
-            return rows, push
+            return tf.identity(r), gradient
 
-        return lookup(unique, self.apply_trigger)
+        return rows_of_table(rows)
+
+    def apply_table_gradient(self, gradient, unique):
+        """Applies the proxy's gradient (IndexedSlices over keys) to the table; called by the
+        Keras optimizer's apply step through tfps.optimizer_bridge."""
+        return optimizer_bridge.apply_to_table(self.table, gradient, unique)
 
     def _combine(self, rows, segment_ids, num_segments):
         summed = tf.math.unsorted_segment_sum(rows, segment_ids, num_segments)

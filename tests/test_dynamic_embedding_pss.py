@@ -2,6 +2,7 @@
 process)."""
 
 import numpy as np
+import pytest
 
 import tfps
 from tests.cluster_run import run_cluster_program
@@ -53,8 +54,11 @@ def test_backup_and_restore_resumes_with_the_backed_up_tables(tmp_path):
     assert out["keys_equal"] and out["values_equal"] and out["slots_equal"] and out["metadata_equal"]
 
 
-def test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows():
-    out = run_cluster_program("pss_matches_stock_embedding.py")
+@pytest.mark.parametrize("optimizer,steps_per_execution",
+                         [("legacy-adagrad", 1), ("legacy-adagrad", 10), ("sgd", 1), ("sgd", 10)])
+def test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows(
+        optimizer, steps_per_execution):
+    out = run_cluster_program("pss_matches_stock_embedding.py", optimizer, str(steps_per_execution))
     assert out["table_shards"] == 2
     initial, ours, stock = (np.array(out[k]) for k in ("initial", "tfps_rows", "stock_rows"))
     assert np.abs(ours - initial).max() > 1e-3  # the rows really trained

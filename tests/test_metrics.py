@@ -243,16 +243,24 @@ def test_group_auc_matches_exact_per_group_auc(run):
     assert float(metric.result()) == 0.5
 
 
-def test_auc_works_in_keras_compile_fit_evaluate():
+@pytest.mark.parametrize("steps_per_execution", [1, 8])
+def test_auc_works_in_keras_compile_fit_evaluate(steps_per_execution):
+    # With steps_per_execution > 1 the updates run inside a tf.while_loop body.
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4096, 4)).astype(np.float32)
     y = (x[:, 0] + 0.5 * rng.normal(size=4096) > 0).astype(np.float32)
     model = keras.Sequential([keras.layers.Dense(1, activation="sigmoid", input_shape=(4,))])
-    model.compile(optimizer="adam", loss="binary_crossentropy",
+    model.compile(optimizer="adam", loss="binary_crossentropy", steps_per_execution=steps_per_execution,
                   metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss()])
     model.fit(x, y, epochs=2, batch_size=256, verbose=0)
     results = model.evaluate(x, y, batch_size=512, verbose=0, return_dict=True)
-    assert results["auc"] == pytest.approx(exact_roc_auc(y, model.predict(x, verbose=0)[:, 0]), abs=1e-4)
+    predictions = model.predict(x, verbose=0)[:, 0]
+    assert results["auc"] == pytest.approx(exact_roc_auc(y, predictions), abs=1e-4)
+    # A step that changes nothing: fit's AUC is over every training batch, each counted once.
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="binary_crossentropy",
+                  steps_per_execution=steps_per_execution, metrics=[tfps.metrics.AUC(name="auc")])
+    history = model.fit(x, y, epochs=1, batch_size=256, verbose=0).history
+    assert history["auc"][0] == pytest.approx(exact_roc_auc(y, predictions), abs=1e-4)
 
 
 def test_histogram_ops_reject_a_variable_that_is_not_a_float64_pair_histogram():

@@ -15,8 +15,11 @@ from tfps import export
 from tfps import initializers
 from tfps import keras_layers
 from tfps import metrics
+from tfps import optimizer_bridge
 from tfps import optimizers
 from tfps.table import DynamicTable, TableRows
+
+optimizer_bridge.install()
 
 __version__ = "0.1.0"
 

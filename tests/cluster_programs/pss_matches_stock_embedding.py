@@ -1,8 +1,12 @@
 """Run by tests/test_dynamic_embedding_pss.py: one worker, two PS. Trains a DynamicEmbedding
 model (table sharded over both PS) and the same model on a stock Keras Embedding whose rows
-start from the table's initial values, on the same batches with Adagrad, through
-model.fit with steps_per_execution; prints both models' embedding rows and output kernels.
-With one worker the steps run in order, so the two must agree exactly."""
+start from the table's initial values, on the same batches, through model.fit; prints both
+models' embedding rows and output kernels. With one worker the steps run in order, so the
+two must agree exactly.
+
+Usage: pss_matches_stock_embedding.py OPTIMIZER STEPS_PER_EXECUTION, OPTIMIZER one of
+legacy-adagrad (keras.optimizers.legacy.Adagrad) or sgd (the current keras.optimizers.SGD);
+the table's optimizer is tfps' of the same kind."""
 
 import json
 import os
@@ -27,12 +31,20 @@ def batches(_):
     return tf.data.Dataset.from_tensor_slices(((dense, ids), labels)).repeat()
 
 
-def build(embedding_kind, strategy):
+OPTIMIZERS = {
+    "legacy-adagrad": (lambda: tfps.optimizers.Adagrad(0.2),
+                       lambda: keras.optimizers.legacy.Adagrad(0.2)),
+    "sgd": (lambda: tfps.optimizers.SGD(0.5), lambda: keras.optimizers.SGD(0.5)),
+}
+
+
+def build(embedding_kind, strategy, optimizer, steps_per_execution):
+    table_optimizer, keras_optimizer = OPTIMIZERS[optimizer]
     with strategy.scope():
         dense_in = keras.Input((2,))
         ids_in = keras.Input((FIELDS,), dtype=tf.int64)
         if embedding_kind == "tfps":
-            layer = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=tfps.optimizers.Adagrad(0.2))
+            layer = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=table_optimizer())
             embedded = layer(ids_in, namespace="columns")
         else:
             layer = keras.layers.Embedding(FIELDS * VOCAB, DIM)
@@ -40,15 +52,16 @@ def build(embedding_kind, strategy):
         x = keras.layers.Concatenate()([keras.layers.Flatten()(embedded), dense_in])
         output = keras.layers.Dense(1, activation="sigmoid", kernel_initializer="ones")(x)
         model = keras.Model([dense_in, ids_in], output)
-        model.compile(optimizer=keras.optimizers.legacy.Adagrad(0.2), loss="binary_crossentropy",
-                      steps_per_execution=5)
+        model.compile(optimizer=keras_optimizer(), loss="binary_crossentropy",
+                      steps_per_execution=steps_per_execution)
     return model, layer
 
 
 def main():
+    optimizer, steps_per_execution = sys.argv[1], int(sys.argv[2])
     with tfps.distribute.local_cluster(num_workers=1, num_ps=2) as strategy:
-        ours, table_layer = build("tfps", strategy)
-        stock, embedding_layer = build("stock", strategy)
+        ours, table_layer = build("tfps", strategy, optimizer, steps_per_execution)
+        stock, embedding_layer = build("stock", strategy, optimizer, steps_per_execution)
         # Row f * VOCAB + i of the stock table is ID i of field f, key namespaced by f + 1.
         field = np.repeat(np.arange(FIELDS), VOCAB)
         ids = np.tile(np.arange(VOCAB), FIELDS)

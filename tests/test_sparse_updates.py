@@ -1,0 +1,153 @@
+"""The table trains exactly once per optimizer step, in every execution mode: rows, slots and
+per-row step counts against a NumPy oracle of the whole model (table optimizer on the rows,
+Keras SGD on the head)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+from tests.reference import RowOptimizer, initial_row
+
+DIM, FIELDS, BATCH, STEPS, HEAD_LR = 3, 3, 8, 20, 0.05
+# Repeats within and across batches; negative and extreme keys are ordinary keys.
+VOCAB = np.array([0, 1, 2, 3, 5, 8, 13, 21, -1, -7, -(1 << 63), (1 << 63) - 1], np.int64)
+
+TABLE_OPTIMIZERS = {
+    "sgd": (lambda: tfps.optimizers.SGD(0.3), dict(lr=0.3)),
+    "adagrad": (lambda: tfps.optimizers.Adagrad(0.2), dict(lr=0.2)),
+    "adam": (lambda: tfps.optimizers.Adam(0.05), dict(lr=0.05)),
+    "ftrl": (lambda: tfps.optimizers.Ftrl(0.2, l1_regularization_strength=0.001,
+                                          l2_regularization_strength=0.01),
+             dict(lr=0.2, l1=0.001, l2=0.01)),
+}
+KERAS_SGD = {"current": lambda: keras.optimizers.SGD(HEAD_LR),
+             "legacy": lambda: keras.optimizers.legacy.SGD(HEAD_LR)}
+
+
+def data():
+    rng = np.random.default_rng(7)
+    ids = rng.choice(VOCAB, size=(STEPS, BATCH, FIELDS))
+    labels = rng.normal(size=(STEPS, BATCH)).astype(np.float32)
+    return ids, labels
+
+
+def numpy_oracle(optimizer_name, ids, labels, kernel, bias):
+    """Rows, slots and per-row step counts after STEPS of: prediction = (sum of the row of
+    each field's ID) . kernel + bias, loss = mean squared error, the table optimizer on rows
+    and SGD on kernel and bias. Float64."""
+    _, hp = TABLE_OPTIMIZERS[optimizer_name]
+    hp = dict(hp)
+    row_optimizer = RowOptimizer(optimizer_name, DIM, hp.pop("lr"), **hp)
+    rows = {int(k): initial_row(int(k), DIM, 0, "uniform", -0.05, 0.05).astype(np.float64)
+            for k in VOCAB}
+    slots = {k: row_optimizer.initial_slots() for k in rows}
+    steps = {k: 0 for k in rows}
+    kernel, bias = kernel.astype(np.float64).copy(), float(bias)
+    for batch_ids, y in zip(ids, labels):
+        summed = np.stack([sum(rows[int(k)] for k in example) for example in batch_ids])
+        residual = 2.0 * (summed @ kernel + bias - y) / len(y)
+        row_gradients = {}
+        for example, r in zip(batch_ids, residual):
+            for k in example:
+                row_gradients[int(k)] = row_gradients.get(int(k), 0.0) + r * kernel
+        for k, g in row_gradients.items():
+            steps[k] += 1
+            rows[k], slots[k] = row_optimizer.apply(rows[k], slots[k], g, steps[k])
+        kernel -= HEAD_LR * (summed.T @ residual)
+        bias -= HEAD_LR * residual.sum()
+    return rows, slots, steps, kernel
+
+
+def build_model(optimizer_name):
+    ids = keras.Input((FIELDS,), dtype=tf.int64)
+    layer = tfps.keras_layers.DynamicEmbedding(DIM, combiner="sum",
+                                               optimizer=TABLE_OPTIMIZERS[optimizer_name][0]())
+    head = keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant([0.5, -0.3, 0.8]),
+                              bias_initializer="zeros")
+    model = keras.Model(ids, tf.squeeze(head(layer(ids)), -1))
+    return model, layer, head
+
+
+def mse(y, prediction):
+    return tf.reduce_mean(tf.square(prediction - y))
+
+
+def train(mode, model, optimizer, ids, labels):
+    """Runs STEPS optimizer steps over the batches in the given execution mode."""
+    if mode.startswith("fit"):
+        model.compile(optimizer=optimizer, loss="mse",
+                      steps_per_execution=10 if mode == "fit_spe10" else 1)
+        model.fit(ids.reshape(-1, FIELDS), labels.reshape(-1), batch_size=BATCH, shuffle=False,
+                  epochs=1, verbose=0)
+        return
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            # A plain call, as many custom loops write it: under a tape it trains.
+            prediction = model(x) if mode == "plain_call" else model(x, training=True)
+            loss = mse(y, prediction)
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+    if mode == "eager":
+        for x, y in zip(ids, labels):
+            step(tf.constant(x), tf.constant(y))
+    elif mode in ("function", "plain_call"):
+        compiled = tf.function(step)
+        for x, y in zip(ids, labels):
+            compiled(tf.constant(x), tf.constant(y))
+    elif mode == "range_loop":
+        @tf.function
+        def run_all(all_ids, all_labels):
+            for i in tf.range(STEPS):
+                step(all_ids[i], all_labels[i])
+        run_all(tf.constant(ids), tf.constant(labels))
+    else:
+        raise ValueError(mode)
+
+
+def check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0):
+    rows, slots, steps, kernel = numpy_oracle(optimizer_name, ids, labels, kernel0, 0.0)
+    exported = layer.table.export()
+    order = np.argsort(exported.keys.numpy())
+    keys = exported.keys.numpy()[order]
+    np.testing.assert_array_equal(keys, np.sort(VOCAB))
+    expected_rows = np.stack([rows[int(k)] for k in keys])
+    initial = np.stack([initial_row(int(k), DIM, 0, "uniform", -0.05, 0.05) for k in keys])
+    assert np.abs(expected_rows - initial).min() > 1e-4  # every row really trains
+    np.testing.assert_allclose(exported.values.numpy()[order], expected_rows, rtol=2e-4, atol=2e-6)
+    np.testing.assert_allclose(exported.slots.numpy()[order], np.stack([slots[int(k)] for k in keys]),
+                               rtol=2e-4, atol=2e-6)
+    # The table counts its applies: once per optimizer step, so a key's last-seen step is
+    # the last batch that holds it, and Adam's per-row step is the number of such batches.
+    metadata = exported.metadata.numpy()[order]
+    last_batch = [1 + max(i for i, batch in enumerate(ids) if k in batch) for k in keys]
+    np.testing.assert_array_equal(metadata[:, 1], last_batch)
+    row_steps = [steps[int(k)] if optimizer_name == "adam" else 0 for k in keys]
+    np.testing.assert_array_equal(metadata[:, 2], row_steps)
+    np.testing.assert_allclose(head.kernel.numpy()[:, 0], kernel, rtol=2e-4, atol=2e-6)
+
+
+MODES = ["eager", "function", "range_loop", "plain_call", "fit", "fit_spe10"]
+
+
+@pytest.mark.parametrize("family", ["current", "legacy"])
+@pytest.mark.parametrize("mode", MODES)
+def test_every_execution_mode_trains_the_table_once_per_step(mode, family):
+    ids, labels = data()
+    model, layer, head = build_model("adagrad")
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD[family](), ids, labels)
+    check_against_oracle(layer, head, "adagrad", ids, labels, kernel0)
+
+
+@pytest.mark.parametrize("mode", ["range_loop", "fit_spe10"])
+@pytest.mark.parametrize("optimizer_name", ["sgd", "adam", "ftrl"])
+def test_each_table_optimizer_follows_its_oracle_inside_loops(optimizer_name, mode):
+    ids, labels = data()
+    model, layer, head = build_model(optimizer_name)
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD["current"](), ids, labels)
+    check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0)

@@ -1,0 +1,215 @@
+"""The table's update follows the Keras optimizer step as a stock Embedding's does: clipping,
+mixed precision (unscaled, skipped with the step), a layer used twice per step, freezing,
+gradients computed without a step, inference, and what cannot be supported raises."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+
+VOCAB, DIM, FIELDS, BATCH = 30, 4, 3, 16
+KERNEL = np.linspace(-0.6, 0.6, FIELDS * DIM)[:, None]
+
+
+def batches(steps=12, seed=3):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, VOCAB, size=(steps * BATCH, FIELDS)).astype(np.int64)  # repeats
+    return ids, rng.normal(size=steps * BATCH).astype(np.float32)
+
+
+def start_rows():
+    return np.random.default_rng(0).normal(scale=0.3, size=(VOCAB, DIM)).astype(np.float32)
+
+
+def head():
+    return keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant(KERNEL))
+
+
+def stock_model():
+    ids = keras.Input((FIELDS,), dtype=tf.int64)
+    embedding = keras.layers.Embedding(VOCAB, DIM, embeddings_initializer=keras.initializers.Constant(start_rows()))
+    return keras.Model(ids, head()(keras.layers.Flatten()(embedding(ids)))), embedding
+
+
+def tfps_model(table_optimizer, layer_kwargs=None):
+    ids = keras.Input((FIELDS,), dtype=tf.int64)
+    layer = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=table_optimizer, **(layer_kwargs or {}))
+    model = keras.Model(ids, head()(keras.layers.Flatten()(layer(ids))))
+    layer.table.insert(np.arange(VOCAB, dtype=np.int64), start_rows())
+    return model, layer
+
+
+def table_rows(layer):
+    return layer.table.find(np.arange(VOCAB, dtype=np.int64)).numpy()
+
+
+def fit_both(keras_optimizer_fn, table_optimizer, steps_per_execution=1, x=None, y=None):
+    """Stock and tfps models trained on the same batches: (stock rows, tfps rows)."""
+    if x is None:
+        x, y = batches()
+    stock, embedding = stock_model()
+    ours, layer = tfps_model(table_optimizer)
+    for model in (stock, ours):
+        model.compile(optimizer=keras_optimizer_fn(), loss="mse", steps_per_execution=steps_per_execution)
+        model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    return embedding.embeddings.numpy(), table_rows(layer)
+
+
+@pytest.mark.parametrize("keras_optimizer_fn", [
+    lambda: keras.optimizers.SGD(1.0, clipnorm=0.01),
+    lambda: keras.optimizers.SGD(1.0, global_clipnorm=1e-3),
+    lambda: keras.optimizers.SGD(1.0, clipvalue=1e-3),
+    lambda: keras.optimizers.legacy.SGD(1.0, clipnorm=0.01),
+    lambda: keras.optimizers.legacy.SGD(1.0, global_clipnorm=1e-3),
+    lambda: keras.optimizers.legacy.SGD(1.0, clipvalue=1e-3),
+], ids=["clipnorm", "global_clipnorm", "clipvalue", "legacy-clipnorm", "legacy-global_clipnorm",
+        "legacy-clipvalue"])
+def test_clipping_treats_the_table_gradient_as_a_stock_embedding_gradient(keras_optimizer_fn):
+    stock, ours = fit_both(keras_optimizer_fn, tfps.optimizers.SGD(1.0), steps_per_execution=4)
+    np.testing.assert_allclose(ours, stock, rtol=0, atol=1e-6)
+    _, unclipped = fit_both(lambda: keras.optimizers.SGD(1.0), tfps.optimizers.SGD(1.0))
+    moved = np.abs(ours - start_rows()).max()
+    assert 0 < moved < 0.2 * np.abs(unclipped - start_rows()).max()
+
+
+@pytest.fixture
+def mixed_precision():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def test_mixed_precision_unscales_the_table_gradient(mixed_precision):
+    mixed_stock, mixed_ours = fit_both(lambda: keras.optimizers.SGD(0.5), tfps.optimizers.SGD(0.5))
+    keras.mixed_precision.set_global_policy("float32")
+    _, float32_ours = fit_both(lambda: keras.optimizers.SGD(0.5), tfps.optimizers.SGD(0.5))
+    update, float32_update = mixed_ours - start_rows(), float32_ours - start_rows()
+    assert np.abs(float32_update).max() > 0.05
+    # float16 activations round the gradient; an unscaled one would be 32768 times larger.
+    np.testing.assert_allclose(update, float32_update, rtol=0, atol=2e-3 * np.abs(float32_update).max())
+    np.testing.assert_allclose(mixed_ours, mixed_stock, rtol=0, atol=1e-5)
+
+
+def test_a_step_the_loss_scale_optimizer_skips_leaves_the_table_alone(mixed_precision):
+    model, layer = tfps_model(tfps.optimizers.SGD(0.5))
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.5))
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = batches(steps=1)
+    scale = float(optimizer.loss_scale)
+    model.fit(x, np.full_like(y, np.inf), batch_size=BATCH, verbose=0)  # non-finite gradients
+    assert float(optimizer.loss_scale) == scale / 2  # the step was skipped
+    np.testing.assert_array_equal(table_rows(layer), start_rows())
+    model.fit(x, y, batch_size=BATCH, verbose=0)
+    assert np.abs(table_rows(layer) - start_rows()).max() > 1e-3
+
+
+def shared_models(table_optimizer):
+    """A table used twice per step (a target ID and a history of IDs), tfps and stock."""
+    target, history = keras.Input((1,), dtype=tf.int64), keras.Input((FIELDS - 1,), dtype=tf.int64)
+    layer = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=table_optimizer)
+    embedding = keras.layers.Embedding(VOCAB, DIM, embeddings_initializer=keras.initializers.Constant(start_rows()))
+    models = []
+    for embed in (layer, embedding):
+        x = keras.layers.Concatenate()([keras.layers.Flatten()(embed(target)), keras.layers.Flatten()(embed(history))])
+        models.append(keras.Model([target, history], head()(x)))
+    layer.table.insert(np.arange(VOCAB, dtype=np.int64), start_rows())
+    return models, layer, embedding
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 5])
+def test_a_table_used_twice_per_step_updates_once_with_the_summed_gradient(steps_per_execution):
+    (ours, stock), layer, embedding = shared_models(tfps.optimizers.Adagrad(0.3))
+    x, y = batches()
+    for model in (ours, stock):
+        model.compile(optimizer=keras.optimizers.legacy.Adagrad(0.3, initial_accumulator_value=0.1),
+                      loss="mse", steps_per_execution=steps_per_execution)
+        model.fit([x[:, :1], x[:, 1:]], y, batch_size=BATCH, shuffle=False, verbose=0)
+    assert np.abs(table_rows(layer) - start_rows()).max() > 0.05
+    np.testing.assert_allclose(table_rows(layer), embedding.embeddings.numpy(), rtol=0, atol=1e-5)
+
+
+def test_adam_advances_a_shared_tables_row_step_once_per_optimizer_step():
+    (ours, _), layer, _ = shared_models(tfps.optimizers.Adam(0.01))
+    x, y = batches()
+    ours.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=3)
+    ours.fit([x[:, :1], x[:, 1:]], y, batch_size=BATCH, shuffle=False, verbose=0)
+    rows = layer.table.export()
+    batches_holding = {k: len({i // BATCH for i in np.nonzero((x == k).any(1))[0]}) for k in range(VOCAB)}
+    np.testing.assert_array_equal(rows.metadata.numpy()[:, 2], [batches_holding[k] for k in rows.keys.numpy()])
+
+
+def test_a_frozen_layer_neither_trains_nor_grows():
+    model, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    layer.trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=4)
+    x, y = batches()
+    model.fit(x + VOCAB // 2, y, batch_size=BATCH, verbose=0)  # half the IDs are new
+    np.testing.assert_array_equal(table_rows(layer), start_rows())
+    assert layer.table.shard_sizes() == [VOCAB]
+    assert layer.table_proxy not in model.trainable_variables
+
+
+def custom_loop(model, variables_of, apply_step=True):
+    optimizer = keras.optimizers.SGD(0.5)
+    x, y = batches(steps=3)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True)[:, 0] - y))
+        variables = variables_of(model)
+        gradients = tape.gradient(loss, variables)
+        if apply_step:
+            optimizer.apply_gradients(zip(gradients, variables))
+        return gradients
+
+    for i in range(3):
+        step(x[i * BATCH:(i + 1) * BATCH], y[i * BATCH:(i + 1) * BATCH])
+
+
+def test_fine_tuning_the_head_alone_leaves_the_table_alone():
+    model, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    kernel = model.layers[-1].kernel.numpy()
+    custom_loop(model, lambda m: m.layers[-1].trainable_variables)
+    assert np.abs(model.layers[-1].kernel.numpy() - kernel).max() > 1e-3
+    np.testing.assert_array_equal(table_rows(layer), start_rows())
+
+
+def test_computing_gradients_without_an_optimizer_step_leaves_the_table_alone():
+    model, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    custom_loop(model, lambda m: m.trainable_variables, apply_step=False)
+    np.testing.assert_array_equal(table_rows(layer), start_rows())
+
+
+def test_evaluate_and_predict_neither_train_nor_insert():
+    model, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=5)
+    x, y = batches()
+    model.evaluate(x + VOCAB // 2, y, batch_size=BATCH, verbose=0)
+    model.predict(x + VOCAB // 2, batch_size=BATCH, verbose=0)
+    np.testing.assert_array_equal(table_rows(layer), start_rows())
+    assert layer.table.shard_sizes() == [VOCAB]
+
+
+def test_a_mirrored_strategy_is_refused_when_the_layer_is_made():
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        with pytest.raises(ValueError, match="MirroredStrategy is not supported"):
+            tfps.keras_layers.DynamicEmbedding(DIM)
+
+
+def test_weight_decay_and_ema_that_cannot_reach_the_rows_are_refused():
+    x, y = batches(steps=1)
+    for optimizer, message in ((keras.optimizers.AdamW(weight_decay=0.01), "exclude_from_weight_decay"),
+                               (keras.optimizers.SGD(0.1, use_ema=True), "use_ema")):
+        model, _ = tfps_model(tfps.optimizers.SGD(1.0))
+        model.compile(optimizer=optimizer, loss="mse")
+        with pytest.raises(ValueError, match=message):
+            model.fit(x, y, batch_size=BATCH, verbose=0)
+    model, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    optimizer = keras.optimizers.AdamW(weight_decay=0.01)
+    optimizer.exclude_from_weight_decay(var_names=["table_proxy"])
+    model.compile(optimizer=optimizer, loss="mse")
+    model.fit(x, y, batch_size=BATCH, verbose=0)
+    assert np.abs(table_rows(layer) - start_rows()).max() > 1e-3

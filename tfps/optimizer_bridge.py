@@ -1,0 +1,146 @@
+"""Sends a dynamic table's gradient from the Keras optimizer's apply step to the table.
+
+A DynamicEmbedding owns a zero-size trainable variable, its table proxy. The training
+lookup gives the proxy a gradient of IndexedSlices whose indices are the table keys, one
+slice per looked-up ID, as a stock Embedding's gradient has one slice per looked-up row. So
+whatever a Keras optimizer does to gradients before it applies them happens to the table's
+gradient as to a stock Embedding's: loss-scale unscaling and skipped steps, clipnorm,
+global_clipnorm and clipvalue, summing the uses of a layer called twice, leaving out
+variables that are not trainable. Where the optimizer would update the proxy, this module
+sums the slices of each key and applies them to the table instead, whose own optimizer
+updates the rows on the parameter servers; the table changes only when an optimizer step
+that includes it runs, once per step.
+
+Both tf_keras optimizer families are bridged where they hand (gradient, variable) pairs to
+the distribution strategy: `Optimizer._distributed_apply_gradients_fn` (the current ones)
+and `OptimizerV2._distributed_apply` (`keras.optimizers.legacy`). `install()` patches both
+classes once, when tfps is imported; every other variable goes through the original code.
+"""
+
+import functools
+import weakref
+
+import tensorflow as tf
+
+_OWNER_ATTRIBUTE = "_tfps_table_owner"
+_PATCHED_ATTRIBUTE = "_tfps_bridged"
+
+
+def register_proxy(proxy, owner):
+    """Marks `proxy` as the table proxy of `owner`, which has `apply_table_gradient(slices,
+    unique)`. The proxy holds the owner weakly, so the layer and its table can be freed."""
+    setattr(proxy, _OWNER_ATTRIBUTE, weakref.ref(owner))
+
+
+def check_strategy(strategy, owner_name):
+    """Raises for a strategy under which the table would not train as one variable would:
+    each replica of a mirrored strategy would apply its own gradient to the shared table."""
+    supported = (tf.distribute.experimental.ParameterServerStrategy, tf.distribute.OneDeviceStrategy)
+    if tf.distribute.has_strategy() and not isinstance(strategy, supported):
+        raise ValueError(
+            f"DynamicEmbedding '{owner_name}': {type(strategy).__name__} is not supported; use "
+            "tf.distribute.ParameterServerStrategy (tfps.distribute.strategy_from_tf_config()) "
+            "or no strategy")
+    if strategy.num_replicas_in_sync != 1:
+        raise ValueError(
+            f"DynamicEmbedding '{owner_name}': {type(strategy).__name__} has "
+            f"{strategy.num_replicas_in_sync} replicas per worker; tfps supports one")
+
+
+def owner_of(variable):
+    """The layer whose table proxy `variable` is, or None."""
+    ref = getattr(variable, _OWNER_ATTRIBUTE, None) if variable is not None else None
+    return ref() if ref is not None else None
+
+
+def apply_to_table(table, gradient, unique):
+    """Applies IndexedSlices over table keys to `table`: each key once, its slices summed.
+
+    unique: the optimizer has already summed repeated keys (the current tf_keras optimizers
+    do, before clipping's results reach the variables).
+    """
+    if not isinstance(gradient, tf.IndexedSlices):
+        raise TypeError(
+            "tfps: a DynamicEmbedding's table proxy received a dense gradient "
+            f"({type(gradient).__name__}); something between the tape and the optimizer "
+            "converted its IndexedSlices, which the table cannot take")
+    keys, values = gradient.indices, gradient.values
+    if not unique:
+        keys, position = tf.unique(keys, out_idx=tf.int64)
+        values = tf.math.unsorted_segment_sum(values, position, tf.size(keys, tf.int64))
+    return table.apply_gradients(keys, values, step=-1)
+
+
+def _split_table_pairs(grads_and_vars):
+    """(table pairs as (gradient, owner), the other pairs)."""
+    table_pairs, others = [], []
+    for gradient, variable in grads_and_vars:
+        owner = owner_of(variable)
+        if owner is None:
+            others.append((gradient, variable))
+        elif gradient is not None:
+            table_pairs.append((gradient, variable, owner))
+    return table_pairs, others
+
+
+def _check_current_optimizer(optimizer, table_pairs):
+    """Refuses what a current optimizer would do to a stock Embedding but not to a table."""
+    for _, variable, owner in table_pairs:
+        if optimizer.weight_decay and optimizer._use_weight_decay(variable):  # pylint: disable=protected-access
+            raise ValueError(
+                f"tfps: {type(optimizer).__name__}(weight_decay={optimizer.weight_decay}) would "
+                f"decay every row of a stock Embedding each step, but it cannot reach the rows of "
+                f"DynamicEmbedding '{owner.name}'. Exclude the table explicitly with "
+                f"optimizer.exclude_from_weight_decay(var_names=['{owner.table_proxy.name}']) "
+                "before training, or use an optimizer without weight_decay")
+        if optimizer.use_ema:
+            raise ValueError(
+                f"tfps: {type(optimizer).__name__}(use_ema=True) keeps moving averages of "
+                f"variables, which DynamicEmbedding '{owner.name}' does not have: its rows live "
+                "in a table; use an optimizer without use_ema")
+
+
+def _apply_table_pairs(table_pairs, unique):
+    return [owner.apply_table_gradient(gradient, unique=unique)
+            for gradient, _, owner in table_pairs]
+
+
+def _bridged(original, unique, check=None):
+    """Wraps a distributed-apply method whose third argument is grads_and_vars."""
+
+    @functools.wraps(original)
+    def apply(self, distribution, grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        table_pairs, others = _split_table_pairs(grads_and_vars)
+        if not table_pairs:
+            return original(self, distribution, grads_and_vars, *args, **kwargs)
+        if check is not None:
+            check(self, table_pairs)
+        applied = _apply_table_pairs(table_pairs, unique)
+        with tf.control_dependencies(applied):
+            return original(self, distribution, others, *args, **kwargs)
+
+    setattr(apply, _PATCHED_ATTRIBUTE, True)
+    return apply
+
+
+def install():
+    """Bridges both tf_keras optimizer families to dynamic tables (idempotent)."""
+    import tf_keras
+    from tf_keras.src.optimizers import optimizer as current
+    from tf_keras.src.optimizers.legacy import optimizer_v2 as legacy
+
+    targets = (
+        # Current optimizers sum repeated indices in apply_gradients before this point.
+        (current.Optimizer, "_distributed_apply_gradients_fn", True, _check_current_optimizer),
+        (legacy.OptimizerV2, "_distributed_apply", False, None),
+    )
+    for cls, method, unique, check in targets:
+        original = getattr(cls, method, None)
+        if original is None:
+            raise ImportError(
+                f"tfps: tf_keras {getattr(tf_keras, '__version__', '?')} has no "
+                f"{cls.__name__}.{method}, through which tfps applies table gradients; "
+                "use a tf_keras release matching TensorFlow 2.16 to 2.21")
+        if not getattr(original, _PATCHED_ATTRIBUTE, False):
+            setattr(cls, method, _bridged(original, unique, check))
