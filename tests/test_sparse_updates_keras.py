@@ -213,3 +213,15 @@ def test_weight_decay_and_ema_that_cannot_reach_the_rows_are_refused():
     model.compile(optimizer=optimizer, loss="mse")
     model.fit(x, y, batch_size=BATCH, verbose=0)
     assert np.abs(table_rows(layer) - start_rows()).max() > 1e-3
+
+
+def test_an_optimizer_that_cannot_carry_the_table_gradient_refuses_it():
+    model, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    x, y = batches(steps=1)
+    optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True)[:, 0] - y))
+    gradients = tape.gradient(loss, model.trainable_variables)
+    with pytest.raises(TypeError, match="GradientDescentOptimizer cannot apply the gradient of DynamicEmbedding"):
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+    np.testing.assert_array_equal(table_rows(layer), start_rows())

@@ -15,6 +15,8 @@ Both tf_keras optimizer families are bridged where they hand (gradient, variable
 the distribution strategy: `Optimizer._distributed_apply_gradients_fn` (the current ones)
 and `OptimizerV2._distributed_apply` (`keras.optimizers.legacy`). `install()` patches both
 classes once, when tfps is imported; every other variable goes through the original code.
+TensorFlow's v1 optimizers (tf.compat.v1.train), which cannot carry the gradient, refuse it
+instead of updating the proxy.
 """
 
 import functools
@@ -124,6 +126,24 @@ def _bridged(original, unique, check=None):
     return apply
 
 
+def _refusing(original):
+    """Wraps an optimizer's apply_gradients that cannot carry a table's gradient."""
+
+    @functools.wraps(original)
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        table_pairs, _ = _split_table_pairs(grads_and_vars)
+        if table_pairs:
+            raise TypeError(
+                f"tfps: {type(self).__name__} cannot apply the gradient of DynamicEmbedding "
+                f"'{table_pairs[0][2].name}' to its table; use a tf_keras optimizer "
+                "(keras.optimizers or keras.optimizers.legacy)")
+        return original(self, grads_and_vars, *args, **kwargs)
+
+    setattr(apply_gradients, _PATCHED_ATTRIBUTE, True)
+    return apply_gradients
+
+
 def install():
     """Bridges both tf_keras optimizer families to dynamic tables (idempotent)."""
     import tf_keras
@@ -144,3 +164,6 @@ def install():
                 "use a tf_keras release matching TensorFlow 2.16 to 2.21")
         if not getattr(original, _PATCHED_ATTRIBUTE, False):
             setattr(cls, method, _bridged(original, unique, check))
+    v1_optimizer = tf.compat.v1.train.Optimizer
+    if not getattr(v1_optimizer.apply_gradients, _PATCHED_ATTRIBUTE, False):
+        v1_optimizer.apply_gradients = _refusing(v1_optimizer.apply_gradients)
