@@ -6,6 +6,7 @@ checks that both builds list the same sources.
 
 CORE_SOURCES = [
     "custom_ops/core/block_cache.cc",
+    "custom_ops/core/crc32c.cc",
     "custom_ops/core/memory.cc",
     "custom_ops/core/table.cc",
 ]
@@ -14,6 +15,9 @@ OP_SOURCES = [
     "custom_ops/table/ops/table_ops.cc",
     "custom_ops/table/kernels/table_resource.cc",
     "custom_ops/table/kernels/table_kernels.cc",
+    "custom_ops/table/ops/checkpoint_ops.cc",
+    "custom_ops/table/kernels/row_file.cc",
+    "custom_ops/table/kernels/checkpoint_kernels.cc",
     "custom_ops/table/kernels/row_output.cc",
     "custom_ops/table/kernels/build_info.cc",
     "custom_ops/metrics/ops/metric_ops.cc",

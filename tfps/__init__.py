@@ -9,6 +9,7 @@ if not _os.path.isdir(_os.path.join(__path__[0], "keras_layers")) and _os.path.i
         _os.path.join(_checkout, "keras_layers", "dynamic_embedding.py")):
     __path__.append(_checkout)
 
+from tfps import checkpoint
 from tfps import data
 from tfps import distribute
 from tfps import export
@@ -19,6 +20,7 @@ from tfps import optimizer_bridge
 from tfps import optimizers
 from tfps.table import DynamicTable, TableRows
 
+checkpoint.install()
 optimizer_bridge.install()
 
 __version__ = "0.1.0"

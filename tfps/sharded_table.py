@@ -3,7 +3,7 @@
 import tensorflow as tf
 
 from tfps import keys as keys_lib
-from tfps.table import DynamicTable, TableRows, restore_rows, serialize_rows
+from tfps.table import DynamicTable, TableRows
 
 
 def parameter_server_devices(strategy=None):
@@ -23,8 +23,9 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
 
     Calls partition their keys on the calling device (a worker, under
     ParameterServerStrategy) and issue one op per shard, which runs on that shard's
-    device. A checkpoint holds every row of every shard; restoring re-partitions the rows
-    over however many shards the table has now.
+    device. A checkpoint holds every row of every shard, each shard written by its own
+    device (tfps.checkpoint); restoring re-partitions the rows over however many shards
+    the table has now.
 
     Args:
       dim, optimizer, initializer, seed, name: as for DynamicTable.
@@ -138,9 +139,3 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
             with tf.device(device):
                 imports.append(table.import_rows(TableRows(keys, values, slots, metadata)))
         return tf.group(imports)
-
-    def _serialize_to_tensors(self):
-        return serialize_rows(self)
-
-    def _restore_from_tensors(self, restored_tensors):
-        return restore_rows(self, restored_tensors)

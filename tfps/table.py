@@ -26,7 +26,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
 
     Every key of the 64-bit space is an ordinary key. A key that is absent reads as its
     initial value, a function of (seed, key) only. The table is a TF2 trackable:
-    `tf.train.Checkpoint` saves and restores every key, value, slot and metadata.
+    `tf.train.Checkpoint` saves and restores every key, value, slot and metadata, and the
+    table's clock, streamed to a file of its own (tfps.checkpoint).
 
     Args:
       dim: width of each row.
@@ -191,25 +192,6 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             _as_float(rows.values, "import_rows", "values"),
             _as_float(rows.slots, "import_rows", "slots"),
             tf.cast(rows.metadata, tf.int64), dim=self._dim, num_slots=self.num_slots)
-
-    # Checkpointing (TF2 Trackable).
-
-    def _serialize_to_tensors(self):
-        return serialize_rows(self)
-
-    def _restore_from_tensors(self, restored_tensors):
-        return restore_rows(self, restored_tensors)
-
-
-def serialize_rows(table):
-    """Checkpoint tensors of every row of a table (anything with export())."""
-    return table.export()._asdict()
-
-
-def restore_rows(table, restored_tensors):
-    """Replaces a table's rows (anything with clear() and import_rows()) by checkpointed ones."""
-    with tf.control_dependencies([table.clear()]):
-        return table.import_rows(TableRows(**{f: restored_tensors[f] for f in TableRows._fields}))
 
 
 def _as_keys(keys, method):

@@ -450,6 +450,16 @@ int64_t Table::Remove(const uint64_t* keys, int64_t n, const ParallelFor& parall
   return removed.load();
 }
 
+void Table::Reserve(int64_t expected_keys) {
+  // Keys spread evenly over the stripes; a little room absorbs the spread.
+  const size_t per_stripe =
+      static_cast<size_t>(std::max<int64_t>(0, expected_keys) / static_cast<int64_t>(stripes_.size())) * 17 / 16 + 16;
+  for (auto& s : stripes_) {
+    std::unique_lock<std::shared_mutex> lock(s->mu);
+    s->Reserve(per_stripe, row_bytes_);
+  }
+}
+
 void Table::Clear() {
   // Row memory is shared by all stripes, so all of them are held while it is released.
   // Other calls take one stripe lock at a time, so taking them all in order cannot deadlock.
@@ -490,10 +500,20 @@ int64_t Table::IndexRehashes() const {
 }
 
 ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {
+  ExportChunk chunk;
+  ExportInto(cursor, max_rows, &chunk);
+  return chunk;
+}
+
+void Table::ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const {
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
-  ExportChunk chunk;
+  ExportChunk& chunk = *out;
+  chunk.keys.clear();
+  chunk.values.clear();
+  chunk.slots.clear();
+  chunk.metadata.clear();
   int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
   uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
   const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
@@ -504,7 +524,7 @@ ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {
       if (!stripe.IsLive(r)) continue;
       if (static_cast<int64_t>(chunk.keys.size()) == max_rows) {
         chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(r);
-        return chunk;
+        return;
       }
       const RowView row = layout.View(stripe.Row(r, row_bytes_));
       chunk.keys.push_back(static_cast<int64_t>(row.header->key));
@@ -516,7 +536,6 @@ ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {
     }
   }
   chunk.next_cursor = -1;
-  return chunk;
 }
 
 bool Table::DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,

@@ -120,7 +120,14 @@ class Table {
   int64_t Remove(const uint64_t* keys, int64_t n, const ParallelFor& parallel_for);
 
   void Clear();
+  // Sizes every stripe's index for `expected_keys` keys in all, so a restore or a bulk
+  // import does not rebuild the indexes as the keys arrive.
+  void Reserve(int64_t expected_keys);
   int64_t Size() const;
+  // The table's clock: how many ApplyGradients calls it has run, the step recorded for a
+  // negative `step`. Checkpoints save and restore it.
+  int64_t ApplyCalls() const { return apply_calls_.load(); }
+  void SetApplyCalls(int64_t calls) { apply_calls_.store(calls); }
   // Bytes held by the index and mapped for rows (mapped, not necessarily touched).
   int64_t MemoryBytes() const;
   // Of those, the bytes mapped for rows.
@@ -132,6 +139,9 @@ class Table {
   // Up to max_rows rows starting at `cursor` (0 to begin). Each stripe is read under its
   // lock; rows changed by concurrent calls between chunks may be seen in either state.
   ExportChunk Export(int64_t cursor, int64_t max_rows) const;
+  // The same into *out, whose vectors keep their capacity from call to call (a save
+  // streaming a whole table reuses one chunk's memory).
+  void ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const;
 
   // Returns the row of `key` (value, slots and metadata) for tests; false if absent.
   bool DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "custom_ops/core/block_cache.h"
+#include "custom_ops/core/crc32c.h"
 #include "custom_ops/core/memory.h"
 #include "custom_ops/core/stripe.h"
 #include "custom_ops/core/table.h"
@@ -535,10 +536,25 @@ void TestBatchesIntoAnEmptyTableRehashEachStripeOnce() {
              meta[kCount] == 1);
 }
 
+void TestCrc32cKnownValuesAndExtension() {
+  CHECK_TRUE(Crc32c(0, "123456789", 9) == 0xe3069283u);  // the standard check value
+  CHECK_TRUE(Crc32c(0, "", 0) == 0);
+  std::vector<uint8_t> bytes(1000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 131 + 7);
+  const uint32_t whole = Crc32c(0, bytes.data(), bytes.size());
+  for (size_t split : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{500}, size_t{999}}) {
+    CHECK_TRUE(Crc32c(Crc32c(0, bytes.data(), split), bytes.data() + split, bytes.size() - split) ==
+               whole);
+  }
+  bytes[333] ^= 1;
+  CHECK_TRUE(Crc32c(0, bytes.data(), bytes.size()) != whole);
+}
+
 }  // namespace
 }  // namespace tfps
 
 int main() {
+  tfps::TestCrc32cKnownValuesAndExtension();
   tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
   tfps::TestBlockCacheWithoutRoomUnmapsReturnedBlocks();
   tfps::TestBlockCacheMovesReusedBlocksOntoHugePages();

@@ -1,0 +1,160 @@
+"""Checkpoint save and restore of a sharded table against stock variables of the same
+bytes, in a multi-process cluster (tfps-launch: chief, 1 worker, 2 parameter servers).
+
+    python benchmarks/checkpoint.py [--keys 1,4,16] [--dir DIR]
+
+For each table size (millions of keys, dim 16, Adagrad, every row applied once so slots and
+metadata are real) one cluster runs: the parameter servers fill their shards themselves,
+then the chief times a full tfps save (`tf.train.Checkpoint.write`), stock `tf.Variable`s
+of the same bytes per parameter server (created on those tasks) saved the same way, and
+the restores of both. Around each operation every process's peak RSS is reset
+(/proc/PID/clear_refs) and read back (VmHWM), so "extra" is the peak above the RSS before
+and after (the rows a restore brings back are not extra), measured in each process itself. Prints one JSON line per size and a summary against the
+targets: save >= 1.0x stock's bytes/s, restore >= 0.7x, chief extra <= 64 MiB, each PS
+extra <= 64 MiB + 2% of the table.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+DIM, FILL_BATCH = 16, 1 << 20
+MIB = 1 << 20
+SAVED_BYTES_PER_ROW = 8 + 4 * DIM * 2 + 8 * 3  # key, value, Adagrad slot, metadata
+
+
+def rss_fields(pid):
+    """(current RSS, peak RSS) of a process in bytes."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            fields[name] = value
+    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+
+
+def measured(pids, fn):
+    """Runs fn(); returns (seconds, {name: peak RSS above both the RSS before and after})."""
+    before = {}
+    for name, pid in pids.items():
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        before[name] = rss_fields(pid)[0]
+    start = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - start
+    extra = {}
+    for name, pid in pids.items():
+        after, peak = rss_fields(pid)
+        extra[name] = peak - max(before[name], after)  # a restored table's rows are not extra
+    return seconds, extra
+
+
+def run_cluster_task(args):
+    """The program tfps-launch runs in every task."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import numpy as np
+    import tensorflow as tf
+    import tfps
+
+    task = tfps.distribute.tf_config()["task"]
+    with open(os.path.join(args.dir, f"{task['type']}_{task['index']}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    strategy = tfps.distribute.strategy_from_tf_config()  # ps and worker tasks serve here
+    devices = tfps.sharded_table.parameter_server_devices(strategy)
+    table = tfps.sharded_table.ShardedTable(DIM, optimizer="adagrad", devices=devices,
+                                            name="bench")
+
+    @tf.function
+    def fill(start):
+        for i, (shard, device) in enumerate(zip(table.shards, devices)):
+            with tf.device(device):
+                keys = (tf.range(start, start + FILL_BATCH, dtype=tf.int64) * -7046029254386353131)
+                mine = tf.boolean_mask(keys, tf.equal(tfps.keys.shard_of(keys, len(devices)), i))
+                shard.apply_gradients(mine, tf.random.uniform([tf.size(mine), DIM], -1.0, 1.0), step=-1)
+
+    num_keys = args.keys_millions << 20
+    for start in range(0, num_keys, FILL_BATCH):
+        fill(tf.constant(start, tf.int64))
+    shard_rows = table.shard_sizes()
+    stock = []
+    for rows, device in zip(shard_rows, devices):
+        with tf.device(device):
+            stock.append(tf.Variable(tf.random.uniform([rows, SAVED_BYTES_PER_ROW // 4])))
+    pids = {"chief": os.getpid()}
+    for i in range(len(devices)):
+        with open(os.path.join(args.dir, f"ps_{i}.pid")) as f:
+            pids[f"ps{i}"] = int(f.read())
+
+    def timed(name, fn):
+        seconds, extra = measured(pids, fn)
+        return {f"{name}_s": round(seconds, 3), **{f"{name}_{p}_extra_mib": round(b / MIB, 1)
+                                                   for p, b in extra.items()}}
+
+    record = {"keys": sum(shard_rows), "dim": DIM, "shard_rows": shard_rows,
+              "saved_bytes": sum(shard_rows) * SAVED_BYTES_PER_ROW,
+              "table_bytes_per_ps": [r * SAVED_BYTES_PER_ROW for r in shard_rows]}
+    table_ckpt, stock_ckpt = tf.train.Checkpoint(table=table), tf.train.Checkpoint(v=stock)
+    table_path, stock_path = os.path.join(args.dir, "table"), os.path.join(args.dir, "stock")
+    record.update(timed("tfps_save", lambda: table_ckpt.write(table_path)))
+    record.update(timed("stock_save", lambda: stock_ckpt.write(stock_path)))
+    expected = table.export_chunks(4096).__next__()
+    table.clear()
+    record.update(timed("tfps_restore", lambda: table_ckpt.read(table_path).assert_consumed()))
+    for v in stock:
+        v.assign(tf.zeros_like(v))
+    record.update(timed("stock_restore", lambda: stock_ckpt.read(stock_path).assert_consumed()))
+    got = table.find(expected.keys)
+    record["restored_rows_equal"] = bool(table.shard_sizes() == shard_rows and
+                                         np.array_equal(got.numpy(), expected.values.numpy()))
+    print("RESULT " + json.dumps(record), flush=True)
+
+
+def summarize(record):
+    ratio = lambda a, b: round(record[b] / record[a], 2)  # noqa: E731  stock time / tfps time
+    table_mib = max(record["table_bytes_per_ps"]) / MIB
+    ps_extra = max(v for k, v in record.items() if k.startswith(("tfps_save_ps", "tfps_restore_ps")))
+    return {"keys": record["keys"],
+            "save_speed_vs_stock": ratio("tfps_save_s", "stock_save_s"),
+            "restore_speed_vs_stock": ratio("tfps_restore_s", "stock_restore_s"),
+            "chief_extra_mib": max(record["tfps_save_chief_extra_mib"],
+                                   record["tfps_restore_chief_extra_mib"]),
+            "ps_extra_mib": ps_extra, "ps_extra_limit_mib": round(64 + 0.02 * table_mib, 1),
+            "restored_rows_equal": record["restored_rows_equal"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", default="1,4,16", help="table sizes in millions of keys (2^20)")
+    parser.add_argument("--dir", help="where checkpoints go (default: a temporary directory)")
+    parser.add_argument("--task", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--keys_millions", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.task:
+        run_cluster_task(args)
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for millions in (int(k) for k in args.keys.split(",")):
+        work = tempfile.mkdtemp(prefix=f"tfps-ckpt-bench-{millions}M-", dir=args.dir)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
+        out = subprocess.run(
+            [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "1",
+             "--log_dir", os.path.join(work, "logs"), os.path.abspath(__file__), "--task",
+             "--keys_millions", str(millions), "--dir", work],
+            capture_output=True, text=True, env=env, cwd=root)
+        lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+        if out.returncode != 0 or not lines:
+            sys.exit(f"cluster for {millions}M keys failed ({out.returncode}):\n{out.stderr[-3000:]}")
+        record = json.loads(lines[-1][len("RESULT "):])
+        print(json.dumps(record), flush=True)
+        print(json.dumps({"summary": summarize(record)}), flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+// CPU kernels that checkpoint a table shard: save streams its rows to a row file, check
+// reads row files whole, restore streams rows back in, keeping the keys routed to its shard.
+// Memory stays at a chunk or two whatever the table's size.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "custom_ops/core/hashing.h"
+#include "custom_ops/table/kernels/row_file.h"
+#include "custom_ops/table/kernels/table_resource.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/op_requires.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tfps {
+namespace {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::TensorShapeUtils;
+
+absl::Status Scalar(OpKernelContext* ctx, const char* op, const char* name, int index,
+                    const Tensor** out) {
+  *out = &ctx->input(index);
+  if (!TensorShapeUtils::IsScalar((*out)->shape())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be a scalar, got shape ",
+                                                   (*out)->shape().DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+// shard_index and num_shards inputs, checked: 0 <= shard_index < num_shards <= 2^31.
+absl::Status ShardInputs(OpKernelContext* ctx, const char* op, int index, uint32_t* shard,
+                         uint32_t* num_shards) {
+  const Tensor *shard_t, *count_t;
+  TF_RETURN_IF_ERROR(Scalar(ctx, op, "shard_index", index, &shard_t));
+  TF_RETURN_IF_ERROR(Scalar(ctx, op, "num_shards", index + 1, &count_t));
+  const int64_t s = shard_t->scalar<int64_t>()(), n = count_t->scalar<int64_t>()();
+  if (n < 1 || n > (int64_t{1} << 31) || s < 0 || s >= n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": shard_index must be in [0, num_shards) and num_shards in [1, 2^31], got shard ",
+        s, " of ", n));
+  }
+  *shard = static_cast<uint32_t>(s);
+  *num_shards = static_cast<uint32_t>(n);
+  return absl::OkStatus();
+}
+
+// paths [n] and expected_rows [n].
+absl::Status FileInputs(OpKernelContext* ctx, const char* op, int index,
+                        std::vector<std::string>* paths, std::vector<int64_t>* expected_rows) {
+  const Tensor& p = ctx->input(index);
+  const Tensor& r = ctx->input(index + 1);
+  if (p.dims() != 1 || r.dims() != 1 || p.dim_size(0) != r.dim_size(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": paths and expected_rows must be vectors of one length, got shapes ",
+        p.shape().DebugString(), " and ", r.shape().DebugString()));
+  }
+  for (int64_t i = 0; i < p.dim_size(0); ++i) {
+    paths->push_back(p.vec<::tensorflow::tstring>()(i));
+    expected_rows->push_back(r.vec<int64_t>()(i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LookupTable(OpKernelContext* ctx, ::tensorflow::core::RefCountPtr<TableResource>* out) {
+  return ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), out);
+}
+
+class TableSaveOp : public OpKernel {
+ public:
+  explicit TableSaveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_chunk_bytes", &max_chunk_bytes_));
+    OP_REQUIRES(ctx, max_chunk_bytes_ > 0,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableSave: max_chunk_bytes must be > 0, got ", max_chunk_bytes_)));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> resource;
+    OP_REQUIRES_OK(ctx, LookupTable(ctx, &resource));
+    const Tensor* path;
+    OP_REQUIRES_OK(ctx, Scalar(ctx, "Tfps>TableSave", "path", 1, &path));
+    RowFileHeader header;
+    OP_REQUIRES_OK(ctx, ShardInputs(ctx, "Tfps>TableSave", 2, &header.shard_index,
+                                    &header.num_shards));
+    Table& table = resource->table();
+    header.dim = table.dim();
+    header.num_slots = table.num_slots();
+    header.optimizer = static_cast<uint32_t>(table.config().optimizer.kind);
+    header.clock = table.ApplyCalls();
+    const int64_t row_bytes = sizeof(int64_t) * (1 + kNumMetadata) +
+                              sizeof(float) * int64_t{header.dim} * (1 + header.num_slots);
+    const int64_t chunk_rows = std::max<int64_t>(1, max_chunk_bytes_ / row_bytes);
+    std::unique_ptr<RowFileWriter> writer;
+    OP_REQUIRES_OK(ctx, RowFileWriter::Create(ctx->env(), path->scalar<::tensorflow::tstring>()(),
+                                              header, &writer));
+    ExportChunk chunk;
+    for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
+      table.ExportInto(cursor, chunk_rows, &chunk);
+      OP_REQUIRES_OK(ctx, writer->Append(chunk));
+    }
+    OP_REQUIRES_OK(ctx, writer->Finish());
+    Tensor* rows;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &rows));
+    rows->scalar<int64_t>()() = writer->rows();
+  }
+
+ private:
+  int64_t max_chunk_bytes_ = 0;
+};
+
+class RowFilesCheckOp : public OpKernel {
+ public:
+  explicit RowFilesCheckOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    int64_t dim = 0, num_slots = 0;
+    std::string optimizer;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_slots", &num_slots));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("optimizer", &optimizer));
+    OptimizerKind kind;
+    OP_REQUIRES(ctx, ParseOptimizerKind(optimizer, &kind),
+                absl::InvalidArgumentError(absl::StrCat("Tfps>RowFilesCheck: optimizer ", optimizer)));
+    dim_ = static_cast<uint32_t>(dim);
+    num_slots_ = static_cast<uint32_t>(num_slots);
+    optimizer_ = static_cast<uint32_t>(kind);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    std::vector<std::string> paths;
+    std::vector<int64_t> expected_rows;
+    OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>RowFilesCheck", 0, &paths, &expected_rows));
+    int64_t clock = 0;
+    for (size_t i = 0; i < paths.size(); ++i) {
+      RowFileHeader header;
+      OP_REQUIRES_OK(ctx, CheckRowFile(ctx->env(), paths[i], expected_rows[i], dim_, num_slots_,
+                                       optimizer_, &header));
+      clock = std::max(clock, header.clock);
+    }
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = clock;
+  }
+
+ private:
+  uint32_t dim_ = 0, num_slots_ = 0, optimizer_ = 0;
+};
+
+// Keeps the rows of `chunk` whose keys route to `shard`, in place.
+void KeepShard(ExportChunk* chunk, uint32_t shard, uint32_t num_shards, int dim, int slot_width) {
+  if (num_shards == 1) return;
+  size_t kept = 0;
+  for (size_t i = 0; i < chunk->keys.size(); ++i) {
+    if (ShardOf(static_cast<uint64_t>(chunk->keys[i]), num_shards) != shard) continue;
+    if (kept != i) {
+      chunk->keys[kept] = chunk->keys[i];
+      std::copy_n(&chunk->metadata[i * kNumMetadata], kNumMetadata, &chunk->metadata[kept * kNumMetadata]);
+      std::copy_n(&chunk->values[i * dim], dim, &chunk->values[kept * dim]);
+      std::copy_n(&chunk->slots[i * slot_width], slot_width, &chunk->slots[kept * slot_width]);
+    }
+    ++kept;
+  }
+  chunk->keys.resize(kept);
+}
+
+class TableRestoreOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> resource;
+    OP_REQUIRES_OK(ctx, LookupTable(ctx, &resource));
+    std::vector<std::string> paths;
+    std::vector<int64_t> expected_rows;
+    OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>TableRestore", 1, &paths, &expected_rows));
+    uint32_t shard = 0, num_shards = 1;
+    OP_REQUIRES_OK(ctx, ShardInputs(ctx, "Tfps>TableRestore", 3, &shard, &num_shards));
+    Table& table = resource->table();
+    const int dim = table.dim(), slot_width = table.num_slots() * table.dim();
+    // Every header before the table is touched.
+    std::vector<std::unique_ptr<RowFileReader>> readers(paths.size());
+    int64_t clock = 0;
+    for (size_t i = 0; i < paths.size(); ++i) {
+      OP_REQUIRES_OK(ctx, RowFileReader::Open(ctx->env(), paths[i], &readers[i]));
+      const RowFileHeader& h = readers[i]->header();
+      OP_REQUIRES(ctx, h.dim == static_cast<uint32_t>(dim) &&
+                           h.num_slots == static_cast<uint32_t>(table.num_slots()) &&
+                           h.optimizer == static_cast<uint32_t>(table.config().optimizer.kind),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Tfps>TableRestore: '", paths[i], "' holds rows of dim ", h.dim, " with ",
+                      h.num_slots, " slots; the table has dim ", dim, " with ",
+                      table.num_slots(), " slots, or another optimizer")));
+      clock = std::max(clock, h.clock);
+    }
+    table.Clear();
+    int64_t saved_rows = 0;
+    for (int64_t rows : expected_rows) saved_rows += std::max<int64_t>(0, rows);
+    // Reading every file, this shard keeps about 1 / num_shards of their rows.
+    table.Reserve(paths.size() > 1 ? saved_rows / num_shards : saved_rows);
+    int64_t restored = 0;
+    ExportChunk chunk;
+    for (size_t i = 0; i < readers.size(); ++i) {
+      for (bool done = false;;) {
+        absl::Status status = readers[i]->Next(&chunk, &done);
+        OP_REQUIRES(ctx, status.ok(),
+                    absl::Status(status.code(), absl::StrCat(status.message(),
+                                                             " (the table is partly restored)")));
+        if (done) break;
+        KeepShard(&chunk, shard, num_shards, dim, slot_width);
+        const int64_t n = static_cast<int64_t>(chunk.keys.size());
+        table.Import(reinterpret_cast<const uint64_t*>(chunk.keys.data()), n, chunk.values.data(),
+                     chunk.slots.data(), chunk.metadata.data(), DeviceParallelFor(ctx));
+        restored += n;
+      }
+    }
+    table.SetApplyCalls(clock);
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = restored;
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableSave").Device(::tensorflow::DEVICE_CPU), TableSaveOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>RowFilesCheck").Device(::tensorflow::DEVICE_CPU), RowFilesCheckOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableRestore").Device(::tensorflow::DEVICE_CPU), TableRestoreOp);
+
+}  // namespace
+}  // namespace tfps

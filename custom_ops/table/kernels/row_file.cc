@@ -1,0 +1,256 @@
+#include "custom_ops/table/kernels/row_file.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "custom_ops/core/crc32c.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "row files are little-endian");
+
+namespace tfps {
+namespace {
+
+constexpr char kMagic[8] = {'T', 'F', 'P', 'S', 'R', 'O', 'W', 'S'};
+constexpr uint32_t kChunkMagic = 0x4b4e4843;   // "CHNK"
+constexpr uint32_t kFooterMagic = 0x444e4554;  // "TEND"
+constexpr size_t kHeaderBytes = 64, kFooterBytes = 32;
+
+template <typename T>
+void Put(char* at, T value) {
+  std::memcpy(at, &value, sizeof(T));
+}
+
+template <typename T>
+T Get(const char* at) {
+  T value;
+  std::memcpy(&value, at, sizeof(T));
+  return value;
+}
+
+void EncodeHeader(const RowFileHeader& h, char* out) {
+  std::memset(out, 0, kHeaderBytes);
+  std::memcpy(out, kMagic, sizeof(kMagic));
+  Put(out + 8, h.version);
+  Put(out + 12, h.dim);
+  Put(out + 16, h.num_slots);
+  Put(out + 20, h.optimizer);
+  Put(out + 24, h.clock);
+  Put(out + 32, h.shard_index);
+  Put(out + 36, h.num_shards);
+  Put(out + 60, Crc32c(0, out, 60));
+}
+
+// Bytes of one row in a chunk: key and metadata, value and slots.
+uint64_t RowBytes(const RowFileHeader& h) {
+  return sizeof(int64_t) * (1 + kNumMetadata) + sizeof(float) * h.dim * (1 + h.num_slots);
+}
+
+std::string TempPathOf(::tensorflow::Env* env, const std::string& path) {
+  return absl::StrCat(path, ".tmp-", env->NowMicros());
+}
+
+}  // namespace
+
+RowFileWriter::RowFileWriter(::tensorflow::Env* env, std::string path, std::string temp_path,
+                             std::unique_ptr<::tensorflow::WritableFile> file,
+                             const RowFileHeader& header)
+    : env_(env), path_(std::move(path)), temp_path_(std::move(temp_path)),
+      file_(std::move(file)), header_(header) {}
+
+RowFileWriter::~RowFileWriter() {
+  if (!finished_) {
+    file_.reset();
+    env_->DeleteFile(temp_path_).IgnoreError();
+  }
+}
+
+absl::Status RowFileWriter::Create(::tensorflow::Env* env, const std::string& path,
+                                   const RowFileHeader& header,
+                                   std::unique_ptr<RowFileWriter>* out) {
+  const std::string temp_path = TempPathOf(env, path);
+  std::unique_ptr<::tensorflow::WritableFile> file;
+  TF_RETURN_IF_ERROR(env->NewWritableFile(temp_path, &file));
+  out->reset(new RowFileWriter(env, path, temp_path, std::move(file), header));
+  char bytes[kHeaderBytes];
+  EncodeHeader(header, bytes);
+  return (*out)->Write(bytes, kHeaderBytes, nullptr);
+}
+
+absl::Status RowFileWriter::Write(const void* data, size_t size, uint32_t* crc) {
+  if (crc != nullptr) *crc = Crc32c(*crc, data, size);
+  absl::Status status =
+      file_->Append(absl::string_view(static_cast<const char*>(data), size));
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("writing tfps checkpoint file '", path_,
+                                                    "': ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RowFileWriter::Append(const ExportChunk& chunk) {
+  const uint32_t n = static_cast<uint32_t>(chunk.keys.size());
+  if (n == 0) return absl::OkStatus();
+  uint32_t crc = 0;
+  char head[8];
+  Put(head, kChunkMagic);
+  Put(head + 4, n);
+  TF_RETURN_IF_ERROR(Write(head, sizeof(head), &crc));
+  TF_RETURN_IF_ERROR(Write(chunk.keys.data(), n * sizeof(int64_t), &crc));
+  TF_RETURN_IF_ERROR(Write(chunk.metadata.data(), chunk.metadata.size() * sizeof(int64_t), &crc));
+  TF_RETURN_IF_ERROR(Write(chunk.values.data(), chunk.values.size() * sizeof(float), &crc));
+  TF_RETURN_IF_ERROR(Write(chunk.slots.data(), chunk.slots.size() * sizeof(float), &crc));
+  TF_RETURN_IF_ERROR(Write(&crc, sizeof(crc), nullptr));
+  rows_ += n;
+  ++chunks_;
+  return absl::OkStatus();
+}
+
+absl::Status RowFileWriter::Finish() {
+  char footer[kFooterBytes] = {};
+  Put(footer, kFooterMagic);
+  Put(footer + 8, static_cast<uint64_t>(rows_));
+  Put(footer + 16, static_cast<uint64_t>(chunks_));
+  Put(footer + 28, Crc32c(0, footer, 28));
+  TF_RETURN_IF_ERROR(Write(footer, kFooterBytes, nullptr));
+  TF_RETURN_IF_ERROR(file_->Close());
+  TF_RETURN_IF_ERROR(env_->RenameFile(temp_path_, path_));
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+RowFileReader::RowFileReader(std::string path,
+                             std::unique_ptr<::tensorflow::RandomAccessFile> file, uint64_t size)
+    : path_(std::move(path)), file_(std::move(file)), size_(size) {}
+
+absl::Status RowFileReader::Corrupt(const std::string& what) const {
+  return absl::DataLossError(
+      absl::StrCat("tfps checkpoint file '", path_, "' is corrupt or truncated: ", what));
+}
+
+absl::Status RowFileReader::Open(::tensorflow::Env* env, const std::string& path,
+                                 std::unique_ptr<RowFileReader>* out) {
+  uint64_t size = 0;
+  absl::Status status = env->GetFileSize(path, &size);
+  if (!status.ok()) {
+    return absl::NotFoundError(absl::StrCat("tfps checkpoint file '", path,
+                                            "' cannot be read: ", status.message()));
+  }
+  std::unique_ptr<::tensorflow::RandomAccessFile> file;
+  TF_RETURN_IF_ERROR(env->NewRandomAccessFile(path, &file));
+  out->reset(new RowFileReader(path, std::move(file), size));
+  RowFileReader& reader = **out;
+  char bytes[kHeaderBytes];
+  TF_RETURN_IF_ERROR(reader.Read(kHeaderBytes, bytes, nullptr));
+  if (std::memcmp(bytes, kMagic, sizeof(kMagic)) != 0) {
+    return reader.Corrupt("it does not start with TFPSROWS (not a tfps row file)");
+  }
+  if (Get<uint32_t>(bytes + 60) != Crc32c(0, bytes, 60)) return reader.Corrupt("header checksum");
+  RowFileHeader& h = reader.header_;
+  h.version = Get<uint32_t>(bytes + 8);
+  h.dim = Get<uint32_t>(bytes + 12);
+  h.num_slots = Get<uint32_t>(bytes + 16);
+  h.optimizer = Get<uint32_t>(bytes + 20);
+  h.clock = Get<int64_t>(bytes + 24);
+  h.shard_index = Get<uint32_t>(bytes + 32);
+  h.num_shards = Get<uint32_t>(bytes + 36);
+  if (h.version != kRowFileVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tfps checkpoint file '", path, "' has format version ", h.version,
+        "; this tfps reads version ", kRowFileVersion));
+  }
+  if (h.dim == 0) return reader.Corrupt("dim 0 in the header");
+  return absl::OkStatus();
+}
+
+absl::Status RowFileReader::Read(uint64_t size, void* data, uint32_t* crc) {
+  if (size > size_ - offset_) {
+    return Corrupt(absl::StrCat("it ends at byte ", size_, " but ", size,
+                                " more bytes are due at byte ", offset_));
+  }
+  char* out = static_cast<char*>(data);
+  uint64_t done = 0;
+  while (done < size) {
+    absl::string_view piece;
+    absl::Status status = file_->Read(offset_ + done, size - done, &piece, out + done);
+    if (piece.data() != out + done && !piece.empty()) std::memmove(out + done, piece.data(), piece.size());
+    done += piece.size();
+    if (!status.ok() && done < size) {
+      return absl::Status(status.code(), absl::StrCat("reading tfps checkpoint file '", path_,
+                                                      "': ", status.message()));
+    }
+    if (piece.empty() && done < size) return Corrupt("short read");
+  }
+  offset_ += size;
+  if (crc != nullptr) *crc = Crc32c(*crc, data, size);
+  return absl::OkStatus();
+}
+
+absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done) {
+  *done = false;
+  uint32_t crc = 0;
+  char head[8];
+  TF_RETURN_IF_ERROR(Read(4, head, &crc));
+  const uint32_t magic = Get<uint32_t>(head);
+  if (magic == kFooterMagic) {
+    char footer[kFooterBytes];
+    std::memcpy(footer, head, 4);
+    TF_RETURN_IF_ERROR(Read(kFooterBytes - 4, footer + 4, nullptr));
+    if (Get<uint32_t>(footer + 28) != Crc32c(0, footer, 28)) return Corrupt("footer checksum");
+    if (Get<uint64_t>(footer + 8) != static_cast<uint64_t>(rows_) ||
+        Get<uint64_t>(footer + 16) != static_cast<uint64_t>(chunks_)) {
+      return Corrupt(absl::StrCat("the footer counts ", Get<uint64_t>(footer + 8), " rows in ",
+                                  Get<uint64_t>(footer + 16), " chunks, the file holds ", rows_,
+                                  " in ", chunks_));
+    }
+    if (offset_ != size_) return Corrupt(absl::StrCat(size_ - offset_, " bytes after the footer"));
+    *done = true;
+    return absl::OkStatus();
+  }
+  if (magic != kChunkMagic) return Corrupt(absl::StrCat("no chunk or footer at byte ", offset_ - 4));
+  TF_RETURN_IF_ERROR(Read(4, head + 4, &crc));
+  const uint64_t n = Get<uint32_t>(head + 4);
+  if (n == 0 || n * RowBytes(header_) > size_ - offset_) {
+    return Corrupt(absl::StrCat("a chunk of ", n, " rows does not fit in the file"));
+  }
+  const size_t dim = header_.dim, slot_width = size_t{header_.num_slots} * dim;
+  chunk->keys.resize(n);
+  chunk->metadata.resize(n * kNumMetadata);
+  chunk->values.resize(n * dim);
+  chunk->slots.resize(n * slot_width);
+  TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->keys.data(), &crc));
+  TF_RETURN_IF_ERROR(Read(chunk->metadata.size() * sizeof(int64_t), chunk->metadata.data(), &crc));
+  TF_RETURN_IF_ERROR(Read(chunk->values.size() * sizeof(float), chunk->values.data(), &crc));
+  TF_RETURN_IF_ERROR(Read(chunk->slots.size() * sizeof(float), chunk->slots.data(), &crc));
+  uint32_t stored = 0;
+  TF_RETURN_IF_ERROR(Read(sizeof(stored), &stored, nullptr));
+  if (stored != crc) return Corrupt(absl::StrCat("checksum of the chunk ending at byte ", offset_));
+  rows_ += static_cast<int64_t>(n);
+  ++chunks_;
+  return absl::OkStatus();
+}
+
+absl::Status CheckRowFile(::tensorflow::Env* env, const std::string& path, int64_t expected_rows,
+                          uint32_t dim, uint32_t num_slots, uint32_t optimizer,
+                          RowFileHeader* header) {
+  std::unique_ptr<RowFileReader> reader;
+  TF_RETURN_IF_ERROR(RowFileReader::Open(env, path, &reader));
+  const RowFileHeader& h = reader->header();
+  if (h.dim != dim || h.num_slots != num_slots || h.optimizer != optimizer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tfps checkpoint file '", path, "' holds rows of dim ", h.dim, " with ", h.num_slots,
+        " slots of optimizer ", h.optimizer, "; the table has dim ", dim, " with ", num_slots,
+        " slots of optimizer ", optimizer, " (0 sgd, 1 adagrad, 2 adam, 3 ftrl)"));
+  }
+  ExportChunk chunk;
+  for (bool done = false; !done;) TF_RETURN_IF_ERROR(reader->Next(&chunk, &done));
+  if (expected_rows >= 0 && reader->rows() != expected_rows) {
+    return absl::DataLossError(absl::StrCat("tfps checkpoint file '", path, "' holds ",
+                                            reader->rows(), " rows; the checkpoint recorded ",
+                                            expected_rows));
+  }
+  *header = h;
+  return absl::OkStatus();
+}
+
+}  // namespace tfps

@@ -1,0 +1,95 @@
+// The file one table shard is checkpointed to, written and read in chunks through
+// TensorFlow's file systems (local, ram://, gs://, ...). Layout, little-endian: a 64-byte
+// header (magic "TFPSROWS", format version, dim, slot count, optimizer, the shard's clock,
+// shard index and count, CRC-32C of the header); then chunks, each [magic "CHNK" | row count
+// n | keys int64[n] | metadata int64[n, 3] | values float[n, dim] | slots float[n, slots,
+// dim] | CRC-32C of the chunk]; then a 32-byte footer [magic "TEND" | 0 | total rows |
+// chunk count | 0 | CRC-32C of the footer], which must end the file. A writer streams to a
+// temporary file and renames it into place only when the footer is written, so a file at
+// the final path is always whole. docs/checkpoints.md gives the same layout for readers.
+#ifndef TFPS_TABLE_KERNELS_ROW_FILE_H_
+#define TFPS_TABLE_KERNELS_ROW_FILE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "custom_ops/core/table.h"
+#include "tensorflow/core/platform/env.h"
+#include "tensorflow/core/platform/file_system.h"
+
+namespace tfps {
+
+inline constexpr uint32_t kRowFileVersion = 1;
+
+struct RowFileHeader {
+  uint32_t version = kRowFileVersion;
+  uint32_t dim = 0;
+  uint32_t num_slots = 0;
+  uint32_t optimizer = 0;  // OptimizerKind
+  int64_t clock = 0;       // the saved shard's ApplyCalls when the save began
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+};
+
+class RowFileWriter {
+ public:
+  // Opens a temporary file beside `path` and writes the header.
+  static absl::Status Create(::tensorflow::Env* env, const std::string& path,
+                             const RowFileHeader& header, std::unique_ptr<RowFileWriter>* out);
+  ~RowFileWriter();
+
+  absl::Status Append(const ExportChunk& chunk);
+  // Writes the footer, closes the file and renames it to the final path.
+  absl::Status Finish();
+  int64_t rows() const { return rows_; }
+
+ private:
+  RowFileWriter(::tensorflow::Env* env, std::string path, std::string temp_path,
+                std::unique_ptr<::tensorflow::WritableFile> file, const RowFileHeader& header);
+  absl::Status Write(const void* data, size_t size, uint32_t* crc);
+
+  ::tensorflow::Env* env_;
+  std::string path_, temp_path_;
+  std::unique_ptr<::tensorflow::WritableFile> file_;
+  RowFileHeader header_;
+  int64_t rows_ = 0, chunks_ = 0;
+  bool finished_ = false;
+};
+
+// Reads a row file front to back, checking every checksum and that the footer ends it.
+class RowFileReader {
+ public:
+  // Opens `path` and reads its header; the error names the file.
+  static absl::Status Open(::tensorflow::Env* env, const std::string& path,
+                           std::unique_ptr<RowFileReader>* out);
+
+  const RowFileHeader& header() const { return header_; }
+  const std::string& path() const { return path_; }
+  // Reads the next chunk into *chunk (next_cursor unused). At the footer, sets *done and
+  // checks the totals; then rows() is the file's row count.
+  absl::Status Next(ExportChunk* chunk, bool* done);
+  int64_t rows() const { return rows_; }
+
+ private:
+  RowFileReader(std::string path, std::unique_ptr<::tensorflow::RandomAccessFile> file,
+                uint64_t size);
+  absl::Status Read(uint64_t size, void* data, uint32_t* crc);
+  absl::Status Corrupt(const std::string& what) const;
+
+  std::string path_;
+  std::unique_ptr<::tensorflow::RandomAccessFile> file_;
+  uint64_t size_, offset_ = 0;
+  RowFileHeader header_;
+  int64_t rows_ = 0, chunks_ = 0;
+};
+
+// Reads every row of `path` and checks that its header matches dim, num_slots and
+// optimizer and that it holds `expected_rows` rows (-1: any); returns its header.
+absl::Status CheckRowFile(::tensorflow::Env* env, const std::string& path, int64_t expected_rows,
+                          uint32_t dim, uint32_t num_slots, uint32_t optimizer,
+                          RowFileHeader* header);
+
+}  // namespace tfps
+
+#endif  // TFPS_TABLE_KERNELS_ROW_FILE_H_

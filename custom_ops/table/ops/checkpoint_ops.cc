@@ -1,0 +1,72 @@
+// Op registrations for checkpointing a dynamic table: each shard streams its rows to its
+// own file and restores from any set of such files (see kernels/row_file.h).
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfps {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+// Inputs at `scalars` are scalars, those at `vectors` vectors; the output is a scalar.
+absl::Status ScalarResult(InferenceContext* c, std::initializer_list<int> scalars,
+                          std::initializer_list<int> vectors) {
+  ShapeHandle unused;
+  for (int i : scalars) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+  for (int i : vectors) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 1, &unused));
+  c->set_output(0, c->Scalar());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("Tfps>TableSave")
+    .Input("table_handle: resource")
+    .Input("path: string")
+    .Input("shard_index: int64")
+    .Input("num_shards: int64")
+    .Output("rows: int64")
+    .Attr("max_chunk_bytes: int = 4194304")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {0, 1, 2, 3}, {}); })
+    .Doc(R"doc(
+Writes every row of the table (a shard `shard_index` of `num_shards`) to the row file
+`path`, chunk by chunk, through a temporary file renamed into place at the end. Returns the
+number of rows written.
+)doc");
+
+REGISTER_OP("Tfps>RowFilesCheck")
+    .Input("paths: string")
+    .Input("expected_rows: int64")
+    .Output("clock: int64")
+    .Attr("dim: int >= 1")
+    .Attr("num_slots: int >= 0")
+    .Attr("optimizer: {'sgd', 'adagrad', 'adam', 'ftrl'}")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {}, {0, 1}); })
+    .Doc(R"doc(
+Reads every row file in `paths` whole, checking its format version, checksums, layout
+(dim, slots, optimizer) and row count (`expected_rows`, -1 for any). Returns the largest
+clock they record.
+)doc");
+
+REGISTER_OP("Tfps>TableRestore")
+    .Input("table_handle: resource")
+    .Input("paths: string")
+    .Input("expected_rows: int64")
+    .Input("shard_index: int64")
+    .Input("num_shards: int64")
+    .Output("rows: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {0, 3, 4}, {1, 2}); })
+    .Doc(R"doc(
+Replaces the table's rows by the rows of the files in `paths` whose keys route to shard
+`shard_index` of `num_shards`, and its clock by the largest saved one. The headers are
+checked against the table before it is cleared; run Tfps>RowFilesCheck over the same files
+first to check every row before the table is touched. Returns the rows restored.
+)doc");
+
+}  // namespace tfps

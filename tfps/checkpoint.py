@@ -1,0 +1,130 @@
+"""Checkpoints of dynamic tables: every shard streams its own rows to its own file.
+
+Registered with TensorFlow's checkpointing (`registration.register_checkpoint_saver`), so
+`tf.train.Checkpoint`, `CheckpointManager`, `model.save_weights` (TF format), Keras
+`ModelCheckpoint` and `BackupAndRestore` all save tables this way, to any path
+`tf.io.gfile` writes. For checkpoint prefix P, shard i of n of the checkpoint's t-th table
+is written by `Tfps>TableSave`, placed on the shard's device (its parameter server), to
+`P-tfps.DynamicTable.t<t>.shard-<i>-of-<n>` in chunks; no row passes through the chief.
+The checkpoint itself records, per table, a small manifest: the files, their row counts
+and the layout (dim, slots, optimizer). Restoring checks every file each new shard will
+read (format version, layout, checksums, row counts) on every shard first, and only then
+replaces the rows, each new shard keeping the keys routed to it, so the number of
+parameter servers may change. docs/checkpoints.md describes the file format.
+
+CheckpointManager deletes old checkpoints by their `.index` and `.data-*` files; tfps
+extends that deletion to the table files of the same prefix.
+"""
+
+import tensorflow as tf
+from tensorflow.python.checkpoint import checkpoint_management
+from tensorflow.python.saved_model import registration
+
+from tfps._ops import ops
+from tfps.sharded_table import ShardedTable
+from tfps.table import DynamicTable
+
+SAVER_NAME = "tfps.DynamicTable"  # package.name of the registration below
+FORMAT_VERSION = 1
+_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+
+
+def _shards(table):
+    return table.shards if isinstance(table, ShardedTable) else [table]
+
+
+def _manifest_names(key):
+    return [f"{key}/files", f"{key}/rows", f"{key}/layout"]
+
+
+def _layout(table):
+    """int64 [format version, dim, slots, optimizer, shards] of a table."""
+    shard = _shards(table)[0]
+    return [FORMAT_VERSION, shard.dim, shard.num_slots, _OPTIMIZERS.index(shard.optimizer.op_name),
+            len(_shards(table))]
+
+
+def _save(trackables, file_prefix):
+    names, tensors = [], []
+    base = tf.strings.regex_replace(file_prefix, r"^.*/", "")
+    for t, key in enumerate(sorted(trackables)):
+        shards = _shards(trackables[key])
+        suffixes = [f".t{t}.shard-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
+        rows = []
+        for i, (shard, suffix) in enumerate(zip(shards, suffixes)):
+            with tf.device(shard.resource_handle.device):
+                rows.append(ops.tfps_table_save(shard.resource_handle, file_prefix + suffix,
+                                                i, len(shards)))
+        names += _manifest_names(key)
+        tensors += [tf.stack([base + suffix for suffix in suffixes]), tf.stack(rows),
+                    tf.constant(_layout(trackables[key]), tf.int64)]
+    # The manifest depends on every shard's row count, so it is written, and merged into
+    # the checkpoint, only after every shard file is complete.
+    with tf.device("CPU:0"):
+        saved = tf.raw_ops.SaveV2(prefix=file_prefix, tensor_names=names,
+                                  shape_and_slices=[""] * len(names), tensors=tensors)
+        with tf.control_dependencies([saved]):
+            return tf.identity(file_prefix)
+
+
+def _restore(trackables, merged_prefix):
+    directory = tf.strings.regex_replace(merged_prefix, r"[^/]*$", "")
+    for key, table in sorted(trackables.items()):
+        files, rows, layout = tf.raw_ops.RestoreV2(
+            prefix=merged_prefix, tensor_names=_manifest_names(key), shape_and_slices=[""] * 3,
+            dtypes=[tf.string, tf.int64, tf.int64])
+        _check_layout(key, layout, table)
+        paths = directory + files
+        shards = _shards(table)
+        # With as many shards as were saved, shard i finds all its keys in file i.
+        same_count = tf.equal(tf.size(paths), len(shards))
+        reads = [tf.cond(same_count, lambda i=i: (paths[i:i + 1], rows[i:i + 1]),
+                         lambda: (paths, rows)) for i in range(len(shards))]
+        shard = shards[0]
+        checks = []
+        for table_shard, (shard_paths, shard_rows) in zip(shards, reads):
+            with tf.device(table_shard.resource_handle.device):
+                checks.append(ops.tfps_row_files_check(
+                    shard_paths, shard_rows, dim=shard.dim, num_slots=shard.num_slots,
+                    optimizer=shard.optimizer.op_name))
+        with tf.control_dependencies(checks):
+            for i, (table_shard, (shard_paths, shard_rows)) in enumerate(zip(shards, reads)):
+                with tf.device(table_shard.resource_handle.device):
+                    ops.tfps_table_restore(table_shard.resource_handle, shard_paths, shard_rows,
+                                           i, len(shards))
+
+
+def _check_layout(key, layout, table):
+    """Raises before any file is read if the saved table cannot go into `table`."""
+    expected = tf.constant(_layout(table)[:4], tf.int64)
+    message = tf.strings.format(
+        "tfps: checkpointed table '{}' has [format version, dim, slots, optimizer] {}, but the "
+        "table restoring it has {} (optimizers: 0 sgd, 1 adagrad, 2 adam, 3 ftrl)",
+        (key, layout[:4], expected))
+    tf.debugging.assert_equal(layout[:4], expected, message=message)
+
+
+def _delete_with_table_files(delete):
+    def delete_file_if_exists(filespec):
+        delete(filespec)
+        if filespec.endswith(".index"):
+            delete(filespec[:-len(".index")] + f"-{SAVER_NAME}*")
+    delete_file_if_exists.tfps_wrapped = True
+    return delete_file_if_exists
+
+
+def install():
+    """Registers the saver and extends checkpoint deletion to table files (idempotent)."""
+    try:
+        registration.register_checkpoint_saver(
+            package="tfps", name="DynamicTable", predicate=_is_table, save_fn=_save,
+            restore_fn=_restore)
+    except ValueError:  # registered already
+        pass
+    delete = checkpoint_management._delete_file_if_exists  # pylint: disable=protected-access
+    if not getattr(delete, "tfps_wrapped", False):
+        checkpoint_management._delete_file_if_exists = _delete_with_table_files(delete)  # pylint: disable=protected-access
+
+
+def _is_table(trackable):
+    return isinstance(trackable, (ShardedTable, DynamicTable))
