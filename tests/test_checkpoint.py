@@ -143,6 +143,7 @@ def test_the_file_layout_is_as_documented(tmp_path):
     version, dim, slots, optimizer = np.frombuffer(data, np.uint32, 4, 8)
     clock = int(np.frombuffer(data, np.int64, 1, 24)[0])
     assert (version, dim, slots, optimizer, clock) == (1, DIM, 1, 1, 3)
+    assert np.frombuffer(data, np.uint32, 3, 32).tolist() == [0, 1, 0]  # shard 0 of 1, whole
     assert int(np.frombuffer(data, np.uint32, 1, 60)[0]) == crc32c(data[:60])
     offset, keys, values, chunks = 64, [], [], 0
     while data[offset:offset + 4] == b"CHNK":
@@ -154,9 +155,10 @@ def test_the_file_layout_is_as_documented(tmp_path):
         at += 4 * n * DIM * 2
         assert int(np.frombuffer(data, np.uint32, 1, at)[0]) == crc32c(data[start:at])
         offset, chunks = at + 4, chunks + 1
-    assert data[offset:offset + 4] == b"TEND" and len(data) == offset + 32
+    assert data[offset:offset + 4] == b"TEND" and len(data) == offset + 40
     assert chunks > 1  # 64 KiB chunks
-    assert np.frombuffer(data, np.uint64, 2, offset + 8).tolist() == [len(KEYS), chunks]
+    assert np.frombuffer(data, np.uint64, 3, offset + 8).tolist() == [len(KEYS), chunks, 0]
+    assert int(np.frombuffer(data, np.uint32, 1, offset + 36)[0]) == crc32c(data[offset:offset + 36])
     keys, values = np.concatenate(keys), np.concatenate(values)
     np.testing.assert_array_equal(values, table.find(keys).numpy())
     np.testing.assert_array_equal(np.sort(keys), np.sort(KEYS))
@@ -168,3 +170,63 @@ def test_checkpoint_manager_deletes_the_table_files_of_checkpoints_it_drops(tmp_
     for _ in range(3):
         manager.save()
     assert table_files(str(tmp_path)) == ["ckpt-3-tfps.DynamicTable.t0.shard-00000-of-00001"]
+
+
+def change(table):
+    """Updates some rows, adds keys, removes others."""
+    table.apply_gradients(KEYS[:40], np.full((40, DIM), -0.3, np.float32), step=-1)
+    table.find_or_insert(np.arange(5, dtype=np.int64) + (1 << 40))
+    table.remove(KEYS[100:130])
+
+
+@pytest.mark.parametrize("saved_shards,restore_shards", [(1, 1), (2, 2), (2, 3)])
+def test_whole_then_changes_restore_the_latest_table(tmp_path, saved_shards, restore_shards):
+    table = trained_table(ShardedTable(DIM, optimizer="adam", devices=["/cpu:0"] * saved_shards))
+    checkpoint = tf.train.Checkpoint(table=table)
+    whole = checkpoint.write(str(tmp_path / "whole"))
+    deltas = []
+    for i in range(2):
+        change(table)
+        table.remove(KEYS[200 + i:201 + i])
+        with tfps.checkpoint.changes_only():
+            deltas.append(checkpoint.write(str(tmp_path / f"delta{i}")))
+    latest = sorted_rows(table)
+    whole_bytes = sum(os.path.getsize(os.path.join(tmp_path, f)) for f in table_files(str(tmp_path))
+                      if f.startswith("whole"))
+    delta_bytes = sum(os.path.getsize(os.path.join(tmp_path, f)) for f in table_files(str(tmp_path))
+                      if f.startswith("delta1"))
+    assert delta_bytes < 0.05 * whole_bytes  # 40 changed and 5 new rows of 3000
+    restored = ShardedTable(DIM, optimizer="adam", devices=["/cpu:0"] * restore_shards)
+    restored.find_or_insert(np.array([77], np.int64))  # gone after the whole restore
+    for path in [whole] + deltas:
+        tf.train.Checkpoint(table=restored).read(path).assert_consumed()
+    assert_same_rows(sorted_rows(restored), latest)
+
+
+def test_a_table_cleared_since_its_last_save_saves_whole_under_changes_only(tmp_path):
+    table = trained_table(tfps.DynamicTable(DIM))
+    checkpoint = tf.train.Checkpoint(table=table)
+    whole = checkpoint.write(str(tmp_path / "whole"))
+    table.clear()
+    table.find_or_insert(KEYS[:10])
+    with tfps.checkpoint.changes_only():
+        delta = checkpoint.write(str(tmp_path / "delta"))
+    restored = tfps.DynamicTable(DIM)
+    for path in (whole, delta):
+        tf.train.Checkpoint(table=restored).read(path)
+    assert_same_rows(sorted_rows(restored), sorted_rows(table))
+    assert restored.size().numpy() == 10
+
+
+def test_after_a_restore_the_next_changes_are_only_what_changed_since(tmp_path):
+    table = trained_table(tfps.DynamicTable(DIM))
+    whole = tf.train.Checkpoint(table=table).write(str(tmp_path / "whole"))
+    restored = tfps.DynamicTable(DIM)
+    checkpoint = tf.train.Checkpoint(table=restored)
+    checkpoint.read(whole)
+    restored.apply_gradients(KEYS[:3], np.ones((3, DIM), np.float32), step=-1)
+    with tfps.checkpoint.changes_only():
+        delta = checkpoint.write(str(tmp_path / "delta"))
+    from tfps._ops import ops
+    files = [os.path.join(tmp_path, f) for f in table_files(str(tmp_path)) if f.startswith("delta")]
+    assert int(ops.tfps_row_files_check(files, [3], dim=DIM, num_slots=1, optimizer="adagrad")) >= 0

@@ -16,6 +16,9 @@ CheckpointManager deletes old checkpoints by their `.index` and `.data-*` files;
 extends that deletion to the table files of the same prefix.
 """
 
+import contextlib
+import threading
+
 import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.saved_model import registration
@@ -27,6 +30,30 @@ from tfps.table import DynamicTable
 SAVER_NAME = "tfps.DynamicTable"  # package.name of the registration below
 FORMAT_VERSION = 1
 _OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+
+
+class _Mode(threading.local):
+    changes_only = False
+
+
+_mode = _Mode()
+
+
+@contextlib.contextmanager
+def changes_only():
+    """Checkpoints saved in this block hold, for each table, only what changed since that
+    table's last save: the rows inserted or changed and the keys removed (other variables
+    are saved whole as always). Restoring the last whole checkpoint and then each of these
+    in order gives the table as it was at the last of them; a table that needs a whole
+    save (after `clear()` or a failed save) writes one instead. Takes time and space in
+    proportion to the rows changed. tfps.callbacks.IncrementalBackup manages such chains.
+    """
+    previous = _mode.changes_only
+    _mode.changes_only = True
+    try:
+        yield
+    finally:
+        _mode.changes_only = previous
 
 
 def _shards(table):
@@ -53,8 +80,8 @@ def _save(trackables, file_prefix):
         rows = []
         for i, (shard, suffix) in enumerate(zip(shards, suffixes)):
             with tf.device(shard.resource_handle.device):
-                rows.append(ops.tfps_table_save(shard.resource_handle, file_prefix + suffix,
-                                                i, len(shards)))
+                rows.append(ops.tfps_table_save(shard.resource_handle, file_prefix + suffix, i,
+                                                len(shards), changes_only=_mode.changes_only).rows)
         names += _manifest_names(key)
         tensors += [tf.stack([base + suffix for suffix in suffixes]), tf.stack(rows),
                     tf.constant(_layout(trackables[key]), tf.int64)]

@@ -7,7 +7,9 @@ on free 127.0.0.1 ports, each with its own TF_CONFIG, all running SCRIPT with AR
 task logs to DIR/<type>_<index>.log; the chief's output is also streamed here. The
 launcher exits with the chief's exit code; when the chief ends, or on Ctrl-C or SIGTERM,
 every other task is stopped. A worker that crashes while the chief runs is restarted
-(ParameterServerStrategy tolerates losing a worker), and the restart is logged.
+(ParameterServerStrategy tolerates losing a worker). A parameter server that dies, or a
+chief killed by a signal, restarts the whole cluster (--max_restarts times), and the
+program resumes from its latest backup. Every restart is logged.
 """
 
 import argparse
@@ -34,10 +36,10 @@ def cluster_spec(num_workers, num_ps):
 class Task:
     """One process of the cluster, with its own log file."""
 
-    def __init__(self, task_type, index, cluster, command, log_dir, stream_to=None):
+    def __init__(self, task_type, index, cluster, command, log_dir, stream_to=None, env=None):
         self.task_type, self.index = task_type, index
         self.name = f"{task_type}_{index}"
-        self.env = dict(os.environ, TF_CONFIG=json.dumps(
+        self.env = dict(os.environ, **(env or {}), TF_CONFIG=json.dumps(
             {"cluster": cluster, "task": {"type": task_type, "index": index}}))
         self.command = command
         self.log_path = os.path.join(log_dir, f"{self.name}.log")
@@ -93,19 +95,20 @@ def program_command(script, args):
 
 
 def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out=sys.stdout,
-           max_worker_restarts=3):
-    """Runs the cluster until the chief exits; returns the chief's exit code."""
+           max_worker_restarts=3, max_restarts=3):
+    """Runs the cluster until the chief exits; returns the chief's exit code.
+
+    A worker that fails is restarted on its own (up to max_worker_restarts times); a
+    parameter server that dies, or a chief killed by a signal, ends the cluster, and the
+    whole cluster starts again on fresh ports (up to max_restarts times), so a program that
+    backs up its state (BackupAndRestore, tfps.callbacks.IncrementalBackup) resumes from
+    its latest backup. Each task sees the number of cluster restarts so far in
+    TFPS_CLUSTER_RESTARTS.
+    """
     if num_ps < 1 or num_workers < 1:
         raise SystemExit(f"tfps-launch: need --num_ps >= 1 and --num_workers >= 1, got {num_ps} and {num_workers}")
     log_dir = log_dir or tempfile.mkdtemp(prefix="tfps-launch-")
     os.makedirs(log_dir, exist_ok=True)
-    cluster = cluster_spec(num_workers, num_ps)
-    command = program_command(script, args)
-    others = [Task("ps", i, cluster, command, log_dir) for i in range(num_ps)]
-    others += [Task("worker", i, cluster, command, log_dir) for i in range(num_workers)]
-    if evaluator:
-        others.append(Task("evaluator", 0, cluster, command, log_dir))
-    chief = Task("chief", 0, cluster, command, log_dir, stream_to=out)
     launcher_log = open(os.path.join(log_dir, "launcher.log"), "a")
 
     def note(message):
@@ -116,36 +119,73 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
 
     stopping = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    note(f"cluster {json.dumps(cluster)}; logs in {log_dir}")
+    try:
+        for restart in range(max_restarts + 1):
+            cluster = cluster_spec(num_workers, num_ps)
+            note(f"cluster {json.dumps(cluster)}; logs in {log_dir}")
+            code, lost = _run_cluster(cluster, program_command(script, args), log_dir, evaluator,
+                                      out, max_worker_restarts, restart, stopping, note)
+            if lost is None:
+                return code
+            if restart == max_restarts:
+                note(f"{lost}; no cluster restarts left (--max_restarts {max_restarts}), giving up")
+                return code if code else 1
+            note(f"{lost}; restarting the whole cluster (restart {restart + 1} of {max_restarts})")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        launcher_log.close()
+
+
+def _lost_with_chief(code, others):
+    """What the cluster lost when the chief ended with `code`, or None if it just ended:
+    a chief killed by a signal, or one that failed after a parameter server died (the
+    chief sees that as UnavailableError), calls for a restart; a program's own error
+    does not, since it would fail again."""
+    if code < 0:
+        return f"the chief was killed by signal {-code}"
+    dead = [t.name for t in others if t.task_type == "ps" and t.poll() is not None]
+    if code != 0 and dead:
+        return f"{', '.join(dead)} died and the chief exited with code {code}"
+    return None
+
+
+def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts, restart, stopping,
+                 note):
+    """Runs one cluster; returns (exit code, None) when the chief ends it or it is
+    interrupted, or (the chief's exit code or None, what was lost) when it must restart."""
+    env = {"TFPS_CLUSTER_RESTARTS": str(restart)}
+    others = [Task("ps", i, cluster, command, log_dir, env=env) for i in range(len(cluster["ps"]))]
+    others += [Task("worker", i, cluster, command, log_dir, env=env)
+               for i in range(len(cluster["worker"]))]
+    if evaluator:
+        others.append(Task("evaluator", 0, cluster, command, log_dir, env=env))
+    chief = Task("chief", 0, cluster, command, log_dir, stream_to=out, env=env)
     try:
         for task in others + [chief]:
             task.start()
         while not stopping.is_set():
             code = chief.poll()
             if code is not None:
-                break
+                return code, _lost_with_chief(code, others)
             for task in others:
                 code = task.poll()
-                if code is None or task.task_type != "worker":
+                if code is None:
                     continue
-                if task.restarts >= max_worker_restarts:
+                if task.task_type == "ps":
+                    return None, f"{task.name} exited with code {code}"
+                if task.task_type != "worker" or code == 0 or task.restarts >= max_worker_restarts:
                     continue
                 task.restarts += 1
                 note(f"{task.name} exited with code {code}; restarting it "
                      f"(restart {task.restarts} of {max_worker_restarts})")
                 task.start()
             stopping.wait(0.2)  # wakes at once on Ctrl-C or SIGTERM
-        if stopping.is_set():
-            note("interrupted; stopping every task")
-            chief.stop()
-            return 130
-        return chief.poll()
+        note("interrupted; stopping every task")
+        return 130, None
     finally:
         for task in others + [chief]:
             task.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        launcher_log.close()
 
 
 def main(argv=None):
@@ -155,13 +195,17 @@ def main(argv=None):
     parser.add_argument("--evaluator", action="store_true")
     parser.add_argument("--log_dir")
     parser.add_argument("--max_worker_restarts", type=int, default=3)
+    parser.add_argument("--max_restarts", type=int, default=3,
+                        help="times the whole cluster restarts after a parameter server dies or "
+                             "the chief fails")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
     if not os.path.exists(opts.script):
         parser.error(f"{opts.script} does not exist")
     sys.exit(launch(opts.num_ps, opts.num_workers, opts.script, opts.args, opts.log_dir,
-                    opts.evaluator, max_worker_restarts=opts.max_worker_restarts))
+                    opts.evaluator, max_worker_restarts=opts.max_worker_restarts,
+                    max_restarts=opts.max_restarts))
 
 
 if __name__ == "__main__":

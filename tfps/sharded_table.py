@@ -69,47 +69,44 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         parts = [tf.dynamic_partition(t, shard, self.num_shards) for t in (keys,) + tensors]
         return [(positions[i],) + tuple(p[i] for p in parts) for i in range(self.num_shards)]
 
+    def _per_shard(self, fn, keys, *tensors):
+        """fn(shard table, its keys, *its slices of tensors) on each shard's device: the
+        results, and the positions of each shard's keys in `keys` (None: all of them)."""
+        results, positions = [], []
+        for table, device, (shard_positions, *parts) in zip(
+                self._shards, self._devices, self._partition(keys, *tensors)):
+            with tf.device(device):
+                results.append(fn(table, *parts))
+            positions.append(shard_positions)
+        return results, positions
+
     def _gather_back(self, positions, pieces):
         return pieces[0] if positions[0] is None else tf.dynamic_stitch(positions, pieces)
 
     def find_or_insert(self, keys):
         """Rows of unique int64 keys [n], inserting new ones: float32 [n, dim]."""
-        parts = self._partition(keys)
-        rows = []
-        for table, device, (_, shard_keys) in zip(self._shards, self._devices, parts):
-            with tf.device(device):
-                rows.append(table.find_or_insert(shard_keys))
-        return self._gather_back([p[0] for p in parts], rows)
+        rows, positions = self._per_shard(lambda t, k: t.find_or_insert(k), keys)
+        return self._gather_back(positions, rows)
 
     def find(self, keys, return_exists=False):
         """Rows of int64 keys [n] without inserting, and optionally the exists mask."""
-        parts = self._partition(keys)
-        rows, exists = [], []
-        for table, device, (_, shard_keys) in zip(self._shards, self._devices, parts):
-            with tf.device(device):
-                r, e = table.find(shard_keys, return_exists=True)
-            rows.append(r)
-            exists.append(e)
-        positions = [p[0] for p in parts]
-        values = self._gather_back(positions, rows)
-        return (values, self._gather_back(positions, exists)) if return_exists else values
+        found, positions = self._per_shard(lambda t, k: t.find(k, return_exists=True), keys)
+        values = self._gather_back(positions, [rows for rows, _ in found])
+        if not return_exists:
+            return values
+        return values, self._gather_back(positions, [exists for _, exists in found])
 
     def apply_gradients(self, keys, gradients, step=0):
         """Applies each shard's optimizer to its unique keys [n] with gradients [n, dim]."""
-        applies = []
-        for table, device, (_, shard_keys, shard_grads) in zip(
-                self._shards, self._devices, self._partition(keys, gradients)):
-            with tf.device(device):
-                applies.append(table.apply_gradients(shard_keys, shard_grads, step))
-        return tf.group(applies)
+        return tf.group(self._per_shard(lambda t, k, g: t.apply_gradients(k, g, step), keys,
+                                        gradients)[0])
 
     def insert(self, keys, values):
-        inserts = []
-        for table, device, (_, shard_keys, shard_values) in zip(
-                self._shards, self._devices, self._partition(keys, values)):
-            with tf.device(device):
-                inserts.append(table.insert(shard_keys, shard_values))
-        return tf.group(inserts)
+        return tf.group(self._per_shard(lambda t, k, v: t.insert(k, v), keys, values)[0])
+
+    def remove(self, keys):
+        """Removes `keys` [n]; returns how many were present (int64 scalar)."""
+        return tf.add_n(self._per_shard(lambda t, k: t.remove(k), keys)[0])
 
     def size(self):
         return tf.add_n([table.size() for table in self._shards])
@@ -132,10 +129,6 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
             yield from table.export_chunks(max_rows)
 
     def import_rows(self, rows):
-        imports = []
-        for table, device, (_, keys, values, slots, metadata) in zip(
-                self._shards, self._devices,
-                self._partition(rows.keys, rows.values, rows.slots, rows.metadata)):
-            with tf.device(device):
-                imports.append(table.import_rows(TableRows(keys, values, slots, metadata)))
-        return tf.group(imports)
+        return tf.group(self._per_shard(
+            lambda t, keys, values, slots, metadata: t.import_rows(TableRows(keys, values, slots, metadata)),
+            rows.keys, rows.values, rows.slots, rows.metadata)[0])

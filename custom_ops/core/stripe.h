@@ -26,6 +26,9 @@ constexpr size_t kGroup = 16;
 constexpr size_t kMinCapacity = kGroup;
 constexpr size_t kMaxLoad32nds = 28;  // the index grows beyond this load
 constexpr uint64_t kFirstChunkRows = 16;
+// Removed keys a stripe remembers for the next incremental save (8 bytes each); past
+// this, the next save is whole instead.
+constexpr size_t kMaxRemovedKeys = size_t{1} << 14;
 constexpr size_t kBackedPieceBytes = size_t{64} << 10;
 // Hash bits the index uses: the control byte's low 7, then HomeGroup's 32. The bits above
 // them, up to the stripe's top bits, are free for other uses (EstimateDistinct).
@@ -104,6 +107,13 @@ struct Stripe {
   uint64_t rows_backed = 0;  // rows below this number have their pages populated
   std::vector<uint32_t> free_rows;
   std::vector<uint64_t> live;  // bit per row number
+  // Changes since the last save (incremental checkpoints): a bit per row inserted or
+  // changed, and the keys removed.
+  std::vector<uint64_t> touched;
+  std::vector<uint64_t> removed_keys;
+  // Set when more keys were removed than the list keeps (kMaxRemovedKeys); the next save
+  // must then be whole.
+  bool removed_keys_overflowed = false;
 
   static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
   static uint64_t ChunkFirstRow(size_t c) { return kFirstChunkRows * ((uint64_t{1} << c) - 1); }
@@ -131,6 +141,7 @@ struct Stripe {
   }
   size_t NextGroup(size_t g) const { return g + 1 == capacity / kGroup ? 0 : g + 1; }
   bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
+  void Touch(uint64_t r) { touched[r >> 6] |= uint64_t{1} << (r & 63); }
 
   void ResetIndex(size_t new_capacity) {
     ctrl = static_cast<uint8_t*>(AllocateZeroed(new_capacity));
@@ -147,6 +158,8 @@ struct Stripe {
     chunks.clear();
     std::vector<uint32_t>().swap(free_rows);
     std::vector<uint64_t>().swap(live);
+    std::vector<uint64_t>().swap(touched);
+    std::vector<uint64_t>().swap(removed_keys);
     ctrl = nullptr;
     slot_rows = nullptr;
     capacity = size = tombstones = rows_used = rows_backed = 0;
@@ -237,17 +250,25 @@ struct Stripe {
         chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(chunks.size()) * row_bytes)));
       }
       if (r >= rows_backed) BackRowsFrom(r, row_bytes);
-      if ((r >> 6) >= live.size()) live.resize(live.size() * 2 + 1, 0);
+      if ((r >> 6) >= live.size()) {
+        live.resize(live.size() * 2 + 1, 0);
+        touched.resize(live.size(), 0);
+      }
     }
     live[r >> 6] |= uint64_t{1} << (r & 63);
+    Touch(r);
     return r;
   }
 
-  // Row of `key`, inserting an uninitialized one if absent; *inserted says which.
-  char* FindOrAddRow(uint64_t key, uint64_t hash, size_t row_bytes, bool* inserted) {
+  // Row of `key`, inserting an uninitialized one if absent; *inserted says which. A new
+  // row, or a found one the caller will change (`touch`), counts as changed since the
+  // last save.
+  char* FindOrAddRow(uint64_t key, uint64_t hash, size_t row_bytes, bool* inserted,
+                     bool touch) {
     const int64_t found = FindSlot(key, hash, row_bytes);
     if (found >= 0) {
       *inserted = false;
+      if (touch) Touch(slot_rows[found]);
       return Row(slot_rows[found], row_bytes);
     }
     if (OverLoaded(size + tombstones + 1, capacity)) {
@@ -282,6 +303,12 @@ struct Stripe {
       ++tombstones;
     }
     live[r >> 6] &= ~(uint64_t{1} << (r & 63));
+    touched[r >> 6] &= ~(uint64_t{1} << (r & 63));
+    if (removed_keys.size() < kMaxRemovedKeys) {
+      removed_keys.push_back(key);
+    } else {
+      removed_keys_overflowed = true;
+    }
     free_rows.push_back(r);
     --size;
     return true;

@@ -211,13 +211,31 @@ void ReserveForBatch(Stripe& s, const StripeBatch& batch, size_t row_bytes) {
 }
 
 // The row of key j of the batch, inserted with its initial value and fresh slots if absent.
+// `touch`: the caller changes the row, so it counts as changed since the last save.
 RowView AcquireRow(const TableConfig& config, const RowLayout& layout, Stripe& s,
-                   const StripeBatch& batch, int64_t j, size_t row_bytes) {
+                   const StripeBatch& batch, int64_t j, size_t row_bytes, bool touch) {
   bool inserted;
   const RowView row =
-      layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes, &inserted));
+      layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes, &inserted, touch));
   if (inserted) InitializeRow(config, row);
   return row;
+}
+
+// Empties a chunk's rows, keeping the vectors' capacity.
+void ClearChunk(ExportChunk* chunk) {
+  chunk->keys.clear();
+  chunk->values.clear();
+  chunk->slots.clear();
+  chunk->metadata.clear();
+}
+
+void AppendRow(const RowView& row, int dim, int64_t slot_width, ExportChunk* chunk) {
+  chunk->keys.push_back(static_cast<int64_t>(row.header->key));
+  chunk->values.insert(chunk->values.end(), row.value, row.value + dim);
+  chunk->slots.insert(chunk->slots.end(), row.slots, row.slots + slot_width);
+  chunk->metadata.push_back(row.header->count);
+  chunk->metadata.push_back(row.header->last_step);
+  chunk->metadata.push_back(row.optimizer_step != nullptr ? *row.optimizer_step : 0);
 }
 
 }  // namespace
@@ -355,7 +373,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
       ReserveForBatch(s, batch, row_bytes_);
       PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
                                         [&](int64_t j, float* out) {
-        Writer::Copy(AcquireRow(config_, layout, s, batch, j, row_bytes_).value, dim, out);
+        Writer::Copy(AcquireRow(config_, layout, s, batch, j, row_bytes_, false).value, dim, out);
       });
     });
   });
@@ -382,7 +400,7 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
-      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
+      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_, true);
       uint32_t opt_step = 1;
       if (row.optimizer_step != nullptr) {
         if (*row.optimizer_step != UINT32_MAX) ++*row.optimizer_step;
@@ -406,7 +424,7 @@ void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
     ReserveForBatch(s, batch, row_bytes_);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
-      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_);
+      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_, true);
       std::memcpy(row.value, values + i * dim, dim * sizeof(float));
     });
   });
@@ -425,7 +443,7 @@ void Table::Import(const uint64_t* keys, int64_t n, const float* values, const f
       const int64_t i = batch.order[j];
       bool inserted;
       const RowView row =
-          layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted));
+          layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted, true));
       std::memcpy(row.value, values + i * dim, dim * sizeof(float));
       std::memcpy(row.slots, slots + i * slot_width, slot_width * sizeof(float));
       const int64_t* meta = metadata + i * kNumMetadata;
@@ -471,6 +489,7 @@ void Table::Clear() {
     s->ResetIndex(kMinCapacity);
   }
   row_memory_.ReleaseAll();
+  needs_full_save_.store(true);  // a delta cannot say that every row went
 }
 
 template <typename Fn>
@@ -510,10 +529,7 @@ void Table::ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const
   const int dim = config_.dim;
   const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
   ExportChunk& chunk = *out;
-  chunk.keys.clear();
-  chunk.values.clear();
-  chunk.slots.clear();
-  chunk.metadata.clear();
+  ClearChunk(&chunk);
   int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
   uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
   const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
@@ -526,13 +542,64 @@ void Table::ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const
         chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(r);
         return;
       }
-      const RowView row = layout.View(stripe.Row(r, row_bytes_));
-      chunk.keys.push_back(static_cast<int64_t>(row.header->key));
-      chunk.values.insert(chunk.values.end(), row.value, row.value + dim);
-      chunk.slots.insert(chunk.slots.end(), row.slots, row.slots + slot_width);
-      chunk.metadata.push_back(row.header->count);
-      chunk.metadata.push_back(row.header->last_step);
-      chunk.metadata.push_back(row.optimizer_step != nullptr ? *row.optimizer_step : 0);
+      AppendRow(layout.View(stripe.Row(r, row_bytes_)), dim, slot_width, &chunk);
+    }
+  }
+  chunk.next_cursor = -1;
+}
+
+bool Table::NeedsFullSave() const {
+  if (needs_full_save_.load()) return true;
+  return SumOverStripes([](const Stripe& s) { return s.removed_keys_overflowed ? 1 : 0; }) > 0;
+}
+
+void Table::BeginFullSave() {
+  needs_full_save_.store(false);
+  for (auto& s : stripes_) {
+    std::unique_lock<std::shared_mutex> lock(s->mu);
+    s->removed_keys_overflowed = false;
+  }
+}
+
+void Table::MarkSaved() {
+  BeginFullSave();
+  for (auto& s : stripes_) {
+    std::unique_lock<std::shared_mutex> lock(s->mu);
+    std::fill(s->touched.begin(), s->touched.end(), 0);
+    s->removed_keys.clear();
+  }
+}
+
+void Table::SaveChunk(int64_t cursor, int64_t max_rows, bool changed_only, ExportChunk* out) {
+  const RowLayout layout = LayoutOf(config_);
+  const int dim = config_.dim;
+  const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
+  ExportChunk& chunk = *out;
+  ClearChunk(&chunk);
+  chunk.removed.clear();
+  int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
+  uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
+  const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
+  for (; s < num_stripes; ++s, r = 0) {
+    Stripe& stripe = *stripes_[s];
+    std::unique_lock<std::shared_mutex> lock(stripe.mu);
+    if (r == 0) {
+      chunk.removed.insert(chunk.removed.end(), stripe.removed_keys.begin(), stripe.removed_keys.end());
+      stripe.removed_keys.clear();
+    }
+    // Whole words of the live (and changed) bitmaps, so a save of few changes skips the rest.
+    for (uint64_t word = r >> 6; word < stripe.live.size(); ++word) {
+      uint64_t bits = stripe.live[word] & (changed_only ? stripe.touched[word] : ~uint64_t{0});
+      if (word == (r >> 6)) bits &= ~uint64_t{0} << (r & 63);
+      for (; bits != 0; bits &= bits - 1) {
+        const uint64_t row_number = word * 64 + __builtin_ctzll(bits);
+        if (static_cast<int64_t>(chunk.keys.size()) == max_rows) {
+          chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(row_number);
+          return;
+        }
+        AppendRow(layout.View(stripe.Row(row_number, row_bytes_)), dim, slot_width, &chunk);
+        stripe.touched[word] &= ~(uint64_t{1} << (row_number & 63));
+      }
     }
   }
   chunk.next_cursor = -1;

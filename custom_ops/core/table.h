@@ -67,6 +67,7 @@ struct ExportChunk {
   std::vector<float> values;    // keys.size() * dim
   std::vector<float> slots;     // keys.size() * num_slots * dim
   std::vector<int64_t> metadata;  // keys.size() * kNumMetadata
+  std::vector<int64_t> removed;   // SaveChunk only: keys removed since the last save
   int64_t next_cursor = -1;     // -1 when the whole table has been visited
 };
 
@@ -143,6 +144,23 @@ class Table {
   // streaming a whole table reuses one chunk's memory).
   void ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const;
 
+  // One chunk of a save, which visits the table like ExportInto (cursor 0 begins) but
+  // takes the changes since the last save as it goes: every row it returns (all live rows,
+  // or with changed_only just those inserted or changed since the last save) and every key
+  // removed from a stripe it enters (out->removed, taken when the save enters the stripe)
+  // stops counting as changed. Each stripe is read under its exclusive lock, so a row is
+  // saved whole and a change made after its stripe was read goes to the next save.
+  void SaveChunk(int64_t cursor, int64_t max_rows, bool changed_only, ExportChunk* out);
+  // Whether only a whole save can capture the table: after Clear, or after a save that
+  // failed part way (SaveFailed), since the changes it had taken are lost. A whole save
+  // begins with BeginFullSave.
+  bool NeedsFullSave() const;
+  void BeginFullSave();
+  // The table now equals its last save (it was just restored from it): nothing counts as
+  // changed, and the next save of changes builds on that one.
+  void MarkSaved();
+  void SaveFailed() { needs_full_save_.store(true); }
+
   // Returns the row of `key` (value, slots and metadata) for tests; false if absent.
   bool DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,
                 int64_t metadata[kNumMetadata]) const;
@@ -161,6 +179,7 @@ class Table {
   size_t row_bytes_;
   RegionAllocator row_memory_;
   std::atomic<int64_t> apply_calls_{0};
+  std::atomic<bool> needs_full_save_{false};
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 

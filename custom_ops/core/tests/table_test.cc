@@ -206,7 +206,7 @@ void TestStripesGrowThroughStaggeredSizes() {
     bool inserted = false;
     size_t last_capacity = s.capacity;
     for (uint64_t key = 1; key <= 16384; ++key) {
-      s.FindOrAddRow(key, TableHash(key), row_bytes, &inserted);
+      s.FindOrAddRow(key, TableHash(key), row_bytes, &inserted, true);
       CHECK_TRUE(inserted);
       if (s.capacity == last_capacity) continue;
       // Growth comes when the load passes 7/8, to a size of whole groups, about double.
@@ -536,6 +536,59 @@ void TestBatchesIntoAnEmptyTableRehashEachStripeOnce() {
              meta[kCount] == 1);
 }
 
+// All of a save's chunks: (sorted keys returned, sorted keys removed).
+std::pair<std::vector<int64_t>, std::vector<int64_t>> SaveAll(Table& t, bool changed_only) {
+  std::vector<int64_t> keys, removed;
+  ExportChunk chunk;
+  for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
+    t.SaveChunk(cursor, 7, changed_only, &chunk);  // small chunks cross stripes mid-way
+    keys.insert(keys.end(), chunk.keys.begin(), chunk.keys.end());
+    removed.insert(removed.end(), chunk.removed.begin(), chunk.removed.end());
+  }
+  std::sort(keys.begin(), keys.end());
+  std::sort(removed.begin(), removed.end());
+  return {keys, removed};
+}
+
+void TestSavesTakeExactlyTheChangesSinceTheLastSave() {
+  Table t(Config(2, OptimizerKind::kAdagrad, InitializerKind::kZeros));
+  const auto kThreads = ThreadedParallelFor(2);
+  std::vector<uint64_t> keys(200);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 0x9e3779b97f4a7c15ULL;
+  std::vector<float> out(keys.size() * 2), grads(keys.size() * 2, 0.5f);
+  t.FindOrInsert(keys.data(), keys.size(), out.data(), kThreads);
+  CHECK_TRUE(SaveAll(t, false).first.size() == 200);
+  CHECK_TRUE(SaveAll(t, true).first.empty());  // nothing changed since
+  t.FindOrInsert(keys.data(), 50, out.data(), kThreads);  // lookups change nothing
+  CHECK_TRUE(SaveAll(t, true).first.empty());
+  t.ApplyGradients(keys.data() + 10, 5, grads.data(), -1, kThreads);
+  t.Insert(keys.data() + 100, 2, grads.data(), kThreads);
+  const uint64_t fresh[2] = {7, 8};
+  t.FindOrInsert(fresh, 2, out.data(), kThreads);
+  t.Remove(keys.data() + 150, 3, kThreads);
+  t.Remove(fresh, 1, kThreads);  // inserted and removed between saves
+  const auto delta = SaveAll(t, true);
+  std::vector<int64_t> expected;
+  for (int i : {10, 11, 12, 13, 14, 100, 101}) expected.push_back(static_cast<int64_t>(keys[i]));
+  expected.push_back(8);
+  std::sort(expected.begin(), expected.end());
+  CHECK_TRUE(delta.first == expected);
+  std::vector<int64_t> removed = {7};
+  for (int i : {150, 151, 152}) removed.push_back(static_cast<int64_t>(keys[i]));
+  std::sort(removed.begin(), removed.end());
+  CHECK_TRUE(delta.second == removed);
+  CHECK_TRUE(SaveAll(t, true).first.empty() && SaveAll(t, true).second.empty());
+  CHECK_TRUE(!t.NeedsFullSave());
+  t.Clear();
+  CHECK_TRUE(t.NeedsFullSave());
+  t.BeginFullSave();
+  CHECK_TRUE(!t.NeedsFullSave());
+  t.FindOrInsert(keys.data(), 20, out.data(), kThreads);  // 20 new rows
+  t.MarkSaved();
+  CHECK_TRUE(SaveAll(t, true).first.empty());
+  CHECK_TRUE(SaveAll(t, false).first.size() == 20);
+}
+
 void TestCrc32cKnownValuesAndExtension() {
   CHECK_TRUE(Crc32c(0, "123456789", 9) == 0xe3069283u);  // the standard check value
   CHECK_TRUE(Crc32c(0, "", 0) == 0);
@@ -555,6 +608,7 @@ void TestCrc32cKnownValuesAndExtension() {
 
 int main() {
   tfps::TestCrc32cKnownValuesAndExtension();
+  tfps::TestSavesTakeExactlyTheChangesSinceTheLastSave();
   tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
   tfps::TestBlockCacheWithoutRoomUnmapsReturnedBlocks();
   tfps::TestBlockCacheMovesReusedBlocksOntoHugePages();

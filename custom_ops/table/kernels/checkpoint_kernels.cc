@@ -1,6 +1,7 @@
-// CPU kernels that checkpoint a table shard: save streams its rows to a row file, check
-// reads row files whole, restore streams rows back in, keeping the keys routed to its shard.
-// Memory stays at a chunk or two whatever the table's size.
+// CPU kernels that checkpoint a table shard: save streams its rows (or its changes since
+// its last save) to a row file, check reads row files whole, restore streams rows back in,
+// keeping the keys routed to its shard. Memory stays at a chunk or two whatever the
+// table's size (but for the rare restore of a whole-shard file among files of changes).
 #include <algorithm>
 #include <vector>
 
@@ -75,6 +76,7 @@ class TableSaveOp : public OpKernel {
  public:
   explicit TableSaveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_chunk_bytes", &max_chunk_bytes_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("changes_only", &changes_only_));
     OP_REQUIRES(ctx, max_chunk_bytes_ > 0,
                 absl::InvalidArgumentError(absl::StrCat(
                     "Tfps>TableSave: max_chunk_bytes must be > 0, got ", max_chunk_bytes_)));
@@ -96,22 +98,39 @@ class TableSaveOp : public OpKernel {
     const int64_t row_bytes = sizeof(int64_t) * (1 + kNumMetadata) +
                               sizeof(float) * int64_t{header.dim} * (1 + header.num_slots);
     const int64_t chunk_rows = std::max<int64_t>(1, max_chunk_bytes_ / row_bytes);
-    std::unique_ptr<RowFileWriter> writer;
-    OP_REQUIRES_OK(ctx, RowFileWriter::Create(ctx->env(), path->scalar<::tensorflow::tstring>()(),
-                                              header, &writer));
-    ExportChunk chunk;
-    for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
-      table.ExportInto(cursor, chunk_rows, &chunk);
-      OP_REQUIRES_OK(ctx, writer->Append(chunk));
-    }
-    OP_REQUIRES_OK(ctx, writer->Finish());
-    Tensor* rows;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &rows));
-    rows->scalar<int64_t>()() = writer->rows();
+    const bool changes = changes_only_ && !table.NeedsFullSave();
+    header.kind = changes ? kShardChanges : kWholeShard;
+    if (!changes) table.BeginFullSave();
+    int64_t rows = 0;
+    const absl::Status status = Save(ctx, table, path->scalar<::tensorflow::tstring>()(), header,
+                                     chunk_rows, changes, &rows);
+    if (!status.ok()) table.SaveFailed();  // the changes this save took are lost with it
+    OP_REQUIRES_OK(ctx, status);
+    Tensor *rows_out, *kind_out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &rows_out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &kind_out));
+    rows_out->scalar<int64_t>()() = rows;
+    kind_out->scalar<int64_t>()() = header.kind;
   }
 
  private:
+  static absl::Status Save(OpKernelContext* ctx, Table& table, const std::string& path,
+                           const RowFileHeader& header, int64_t chunk_rows, bool changes,
+                           int64_t* rows) {
+    std::unique_ptr<RowFileWriter> writer;
+    TF_RETURN_IF_ERROR(RowFileWriter::Create(ctx->env(), path, header, &writer));
+    ExportChunk chunk;
+    for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
+      table.SaveChunk(cursor, chunk_rows, changes, &chunk);
+      TF_RETURN_IF_ERROR(writer->Append(chunk));
+    }
+    TF_RETURN_IF_ERROR(writer->Finish());
+    *rows = writer->rows();
+    return absl::OkStatus();
+  }
+
   int64_t max_chunk_bytes_ = 0;
+  bool changes_only_ = false;
 };
 
 class RowFilesCheckOp : public OpKernel {
@@ -167,6 +186,27 @@ void KeepShard(ExportChunk* chunk, uint32_t shard, uint32_t num_shards, int dim,
   chunk->keys.resize(kept);
 }
 
+void KeepShardKeys(std::vector<int64_t>* keys, uint32_t shard, uint32_t num_shards) {
+  if (num_shards == 1) return;
+  keys->erase(std::remove_if(keys->begin(), keys->end(), [&](int64_t k) {
+                return ShardOf(static_cast<uint64_t>(k), num_shards) != shard;
+              }), keys->end());
+}
+
+// Removes the table's keys that route to shard `shard` of `num_shards`.
+void RemoveKeysOf(Table& table, uint32_t shard, uint32_t num_shards, const ParallelFor& parallel_for) {
+  std::vector<int64_t> doomed;
+  ExportChunk chunk;
+  for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
+    table.ExportInto(cursor, 1 << 16, &chunk);
+    for (int64_t key : chunk.keys) {
+      if (ShardOf(static_cast<uint64_t>(key), num_shards) == shard) doomed.push_back(key);
+    }
+  }
+  table.Remove(reinterpret_cast<const uint64_t*>(doomed.data()), static_cast<int64_t>(doomed.size()),
+               parallel_for);
+}
+
 class TableRestoreOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -196,28 +236,45 @@ class TableRestoreOp : public OpKernel {
                       table.num_slots(), " slots, or another optimizer")));
       clock = std::max(clock, h.clock);
     }
-    table.Clear();
-    int64_t saved_rows = 0;
-    for (int64_t rows : expected_rows) saved_rows += std::max<int64_t>(0, rows);
-    // Reading every file, this shard keeps about 1 / num_shards of their rows.
-    table.Reserve(paths.size() > 1 ? saved_rows / num_shards : saved_rows);
+    bool all_whole = true;
+    for (const auto& reader : readers) all_whole &= reader->header().kind == kWholeShard;
+    if (all_whole) {
+      table.Clear();
+      int64_t saved_rows = 0;
+      for (int64_t rows : expected_rows) saved_rows += std::max<int64_t>(0, rows);
+      // Reading every file, this shard keeps about 1 / num_shards of their rows.
+      table.Reserve(paths.size() > 1 ? saved_rows / num_shards : saved_rows);
+    }
     int64_t restored = 0;
     ExportChunk chunk;
-    for (size_t i = 0; i < readers.size(); ++i) {
+    const ParallelFor parallel_for = DeviceParallelFor(ctx);
+    for (const auto& reader : readers) {
+      const RowFileHeader& h = reader->header();
+      if (!all_whole && h.kind == kWholeShard) {
+        // Whole rows of one saved shard: the keys that shard held go first.
+        RemoveKeysOf(table, h.shard_index, h.num_shards, parallel_for);
+      }
       for (bool done = false;;) {
-        absl::Status status = readers[i]->Next(&chunk, &done);
+        absl::Status status = reader->Next(&chunk, &done);
         OP_REQUIRES(ctx, status.ok(),
                     absl::Status(status.code(), absl::StrCat(status.message(),
                                                              " (the table is partly restored)")));
         if (done) break;
+        if (!chunk.removed.empty()) {
+          KeepShardKeys(&chunk.removed, shard, num_shards);
+          table.Remove(reinterpret_cast<const uint64_t*>(chunk.removed.data()),
+                       static_cast<int64_t>(chunk.removed.size()), parallel_for);
+          continue;
+        }
         KeepShard(&chunk, shard, num_shards, dim, slot_width);
         const int64_t n = static_cast<int64_t>(chunk.keys.size());
         table.Import(reinterpret_cast<const uint64_t*>(chunk.keys.data()), n, chunk.values.data(),
-                     chunk.slots.data(), chunk.metadata.data(), DeviceParallelFor(ctx));
+                     chunk.slots.data(), chunk.metadata.data(), parallel_for);
         restored += n;
       }
     }
     table.SetApplyCalls(clock);
+    table.MarkSaved();
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = restored;

@@ -13,8 +13,9 @@ namespace {
 
 constexpr char kMagic[8] = {'T', 'F', 'P', 'S', 'R', 'O', 'W', 'S'};
 constexpr uint32_t kChunkMagic = 0x4b4e4843;   // "CHNK"
+constexpr uint32_t kRemovedMagic = 0x44564d52;  // "RMVD"
 constexpr uint32_t kFooterMagic = 0x444e4554;  // "TEND"
-constexpr size_t kHeaderBytes = 64, kFooterBytes = 32;
+constexpr size_t kHeaderBytes = 64, kFooterBytes = 40;
 
 template <typename T>
 void Put(char* at, T value) {
@@ -38,6 +39,7 @@ void EncodeHeader(const RowFileHeader& h, char* out) {
   Put(out + 24, h.clock);
   Put(out + 32, h.shard_index);
   Put(out + 36, h.num_shards);
+  Put(out + 40, h.kind);
   Put(out + 60, Crc32c(0, out, 60));
 }
 
@@ -88,19 +90,31 @@ absl::Status RowFileWriter::Write(const void* data, size_t size, uint32_t* crc) 
   return absl::OkStatus();
 }
 
-absl::Status RowFileWriter::Append(const ExportChunk& chunk) {
-  const uint32_t n = static_cast<uint32_t>(chunk.keys.size());
-  if (n == 0) return absl::OkStatus();
+absl::Status RowFileWriter::WriteRecord(
+    uint32_t magic, uint32_t n, std::initializer_list<std::pair<const void*, size_t>> parts) {
   uint32_t crc = 0;
   char head[8];
-  Put(head, kChunkMagic);
+  Put(head, magic);
   Put(head + 4, n);
   TF_RETURN_IF_ERROR(Write(head, sizeof(head), &crc));
-  TF_RETURN_IF_ERROR(Write(chunk.keys.data(), n * sizeof(int64_t), &crc));
-  TF_RETURN_IF_ERROR(Write(chunk.metadata.data(), chunk.metadata.size() * sizeof(int64_t), &crc));
-  TF_RETURN_IF_ERROR(Write(chunk.values.data(), chunk.values.size() * sizeof(float), &crc));
-  TF_RETURN_IF_ERROR(Write(chunk.slots.data(), chunk.slots.size() * sizeof(float), &crc));
-  TF_RETURN_IF_ERROR(Write(&crc, sizeof(crc), nullptr));
+  for (const auto& [data, bytes] : parts) TF_RETURN_IF_ERROR(Write(data, bytes, &crc));
+  return Write(&crc, sizeof(crc), nullptr);
+}
+
+absl::Status RowFileWriter::Append(const ExportChunk& chunk) {
+  if (!chunk.removed.empty()) {
+    const uint32_t n = static_cast<uint32_t>(chunk.removed.size());
+    TF_RETURN_IF_ERROR(WriteRecord(kRemovedMagic, n, {{chunk.removed.data(), n * sizeof(int64_t)}}));
+    removed_ += n;
+  }
+  const uint32_t n = static_cast<uint32_t>(chunk.keys.size());
+  if (n == 0) return absl::OkStatus();
+  TF_RETURN_IF_ERROR(WriteRecord(
+      kChunkMagic, n,
+      {{chunk.keys.data(), n * sizeof(int64_t)},
+       {chunk.metadata.data(), chunk.metadata.size() * sizeof(int64_t)},
+       {chunk.values.data(), chunk.values.size() * sizeof(float)},
+       {chunk.slots.data(), chunk.slots.size() * sizeof(float)}}));
   rows_ += n;
   ++chunks_;
   return absl::OkStatus();
@@ -111,7 +125,8 @@ absl::Status RowFileWriter::Finish() {
   Put(footer, kFooterMagic);
   Put(footer + 8, static_cast<uint64_t>(rows_));
   Put(footer + 16, static_cast<uint64_t>(chunks_));
-  Put(footer + 28, Crc32c(0, footer, 28));
+  Put(footer + 24, static_cast<uint64_t>(removed_));
+  Put(footer + 36, Crc32c(0, footer, 36));
   TF_RETURN_IF_ERROR(Write(footer, kFooterBytes, nullptr));
   TF_RETURN_IF_ERROR(file_->Close());
   TF_RETURN_IF_ERROR(env_->RenameFile(temp_path_, path_));
@@ -154,12 +169,14 @@ absl::Status RowFileReader::Open(::tensorflow::Env* env, const std::string& path
   h.clock = Get<int64_t>(bytes + 24);
   h.shard_index = Get<uint32_t>(bytes + 32);
   h.num_shards = Get<uint32_t>(bytes + 36);
+  h.kind = Get<uint32_t>(bytes + 40);
   if (h.version != kRowFileVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "tfps checkpoint file '", path, "' has format version ", h.version,
         "; this tfps reads version ", kRowFileVersion));
   }
   if (h.dim == 0) return reader.Corrupt("dim 0 in the header");
+  if (h.kind != kWholeShard && h.kind != kShardChanges) return reader.Corrupt("unknown kind");
   return absl::OkStatus();
 }
 
@@ -196,37 +213,53 @@ absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done) {
     char footer[kFooterBytes];
     std::memcpy(footer, head, 4);
     TF_RETURN_IF_ERROR(Read(kFooterBytes - 4, footer + 4, nullptr));
-    if (Get<uint32_t>(footer + 28) != Crc32c(0, footer, 28)) return Corrupt("footer checksum");
+    if (Get<uint32_t>(footer + 36) != Crc32c(0, footer, 36)) return Corrupt("footer checksum");
     if (Get<uint64_t>(footer + 8) != static_cast<uint64_t>(rows_) ||
-        Get<uint64_t>(footer + 16) != static_cast<uint64_t>(chunks_)) {
+        Get<uint64_t>(footer + 16) != static_cast<uint64_t>(chunks_) ||
+        Get<uint64_t>(footer + 24) != static_cast<uint64_t>(removed_)) {
       return Corrupt(absl::StrCat("the footer counts ", Get<uint64_t>(footer + 8), " rows in ",
-                                  Get<uint64_t>(footer + 16), " chunks, the file holds ", rows_,
-                                  " in ", chunks_));
+                                  Get<uint64_t>(footer + 16), " chunks and ",
+                                  Get<uint64_t>(footer + 24), " removed keys, the file holds ",
+                                  rows_, " in ", chunks_, " and ", removed_));
     }
     if (offset_ != size_) return Corrupt(absl::StrCat(size_ - offset_, " bytes after the footer"));
     *done = true;
     return absl::OkStatus();
   }
-  if (magic != kChunkMagic) return Corrupt(absl::StrCat("no chunk or footer at byte ", offset_ - 4));
+  if (magic != kChunkMagic && magic != kRemovedMagic) {
+    return Corrupt(absl::StrCat("no record or footer at byte ", offset_ - 4));
+  }
   TF_RETURN_IF_ERROR(Read(4, head + 4, &crc));
   const uint64_t n = Get<uint32_t>(head + 4);
-  if (n == 0 || n * RowBytes(header_) > size_ - offset_) {
-    return Corrupt(absl::StrCat("a chunk of ", n, " rows does not fit in the file"));
+  const uint64_t record_row_bytes = magic == kChunkMagic ? RowBytes(header_) : sizeof(int64_t);
+  if (n == 0 || n * record_row_bytes > size_ - offset_) {
+    return Corrupt(absl::StrCat("a record of ", n, " entries does not fit in the file"));
   }
-  const size_t dim = header_.dim, slot_width = size_t{header_.num_slots} * dim;
-  chunk->keys.resize(n);
-  chunk->metadata.resize(n * kNumMetadata);
-  chunk->values.resize(n * dim);
-  chunk->slots.resize(n * slot_width);
-  TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->keys.data(), &crc));
-  TF_RETURN_IF_ERROR(Read(chunk->metadata.size() * sizeof(int64_t), chunk->metadata.data(), &crc));
-  TF_RETURN_IF_ERROR(Read(chunk->values.size() * sizeof(float), chunk->values.data(), &crc));
-  TF_RETURN_IF_ERROR(Read(chunk->slots.size() * sizeof(float), chunk->slots.data(), &crc));
+  chunk->keys.clear();
+  chunk->removed.clear();
+  if (magic == kRemovedMagic) {
+    chunk->removed.resize(n);
+    TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->removed.data(), &crc));
+  } else {
+    const size_t dim = header_.dim, slot_width = size_t{header_.num_slots} * dim;
+    chunk->keys.resize(n);
+    chunk->metadata.resize(n * kNumMetadata);
+    chunk->values.resize(n * dim);
+    chunk->slots.resize(n * slot_width);
+    TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->keys.data(), &crc));
+    TF_RETURN_IF_ERROR(Read(chunk->metadata.size() * sizeof(int64_t), chunk->metadata.data(), &crc));
+    TF_RETURN_IF_ERROR(Read(chunk->values.size() * sizeof(float), chunk->values.data(), &crc));
+    TF_RETURN_IF_ERROR(Read(chunk->slots.size() * sizeof(float), chunk->slots.data(), &crc));
+  }
   uint32_t stored = 0;
   TF_RETURN_IF_ERROR(Read(sizeof(stored), &stored, nullptr));
-  if (stored != crc) return Corrupt(absl::StrCat("checksum of the chunk ending at byte ", offset_));
-  rows_ += static_cast<int64_t>(n);
-  ++chunks_;
+  if (stored != crc) return Corrupt(absl::StrCat("checksum of the record ending at byte ", offset_));
+  if (magic == kChunkMagic) {
+    rows_ += static_cast<int64_t>(n);
+    ++chunks_;
+  } else {
+    removed_ += static_cast<int64_t>(n);
+  }
   return absl::OkStatus();
 }
 

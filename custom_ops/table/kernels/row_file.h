@@ -1,10 +1,12 @@
 // The file one table shard is checkpointed to, written and read in chunks through
 // TensorFlow's file systems (local, ram://, gs://, ...). Layout, little-endian: a 64-byte
 // header (magic "TFPSROWS", format version, dim, slot count, optimizer, the shard's clock,
-// shard index and count, CRC-32C of the header); then chunks, each [magic "CHNK" | row count
-// n | keys int64[n] | metadata int64[n, 3] | values float[n, dim] | slots float[n, slots,
-// dim] | CRC-32C of the chunk]; then a 32-byte footer [magic "TEND" | 0 | total rows |
-// chunk count | 0 | CRC-32C of the footer], which must end the file. A writer streams to a
+// shard index and count, kind: whole or changes since the last save, CRC-32C of the
+// header); then records, each [magic | count n | payload | CRC-32C of the record]: "CHNK"
+// rows (keys int64[n], metadata int64[n, 3], values float[n, dim], slots float[n, slots,
+// dim]) and, in a file of changes, "RMVD" removed keys (int64[n]), which come before any
+// row of the same keys; then a 40-byte footer [magic "TEND" | 0 | rows | row records |
+// removed keys | 0 | CRC-32C of the footer], which must end the file. A writer streams to a
 // temporary file and renames it into place only when the footer is written, so a file at
 // the final path is always whole. docs/checkpoints.md gives the same layout for readers.
 #ifndef TFPS_TABLE_KERNELS_ROW_FILE_H_
@@ -21,6 +23,8 @@
 namespace tfps {
 
 inline constexpr uint32_t kRowFileVersion = 1;
+// RowFileHeader::kind: every row of the shard, or the changes since the shard's last save.
+inline constexpr uint32_t kWholeShard = 0, kShardChanges = 1;
 
 struct RowFileHeader {
   uint32_t version = kRowFileVersion;
@@ -30,6 +34,7 @@ struct RowFileHeader {
   int64_t clock = 0;       // the saved shard's ApplyCalls when the save began
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
+  uint32_t kind = kWholeShard;
 };
 
 class RowFileWriter {
@@ -39,6 +44,7 @@ class RowFileWriter {
                              const RowFileHeader& header, std::unique_ptr<RowFileWriter>* out);
   ~RowFileWriter();
 
+  // Writes the chunk's removed keys (if any), then its rows.
   absl::Status Append(const ExportChunk& chunk);
   // Writes the footer, closes the file and renames it to the final path.
   absl::Status Finish();
@@ -53,7 +59,10 @@ class RowFileWriter {
   std::string path_, temp_path_;
   std::unique_ptr<::tensorflow::WritableFile> file_;
   RowFileHeader header_;
-  int64_t rows_ = 0, chunks_ = 0;
+  absl::Status WriteRecord(uint32_t magic, uint32_t n,
+                           std::initializer_list<std::pair<const void*, size_t>> parts);
+
+  int64_t rows_ = 0, chunks_ = 0, removed_ = 0;
   bool finished_ = false;
 };
 
@@ -66,10 +75,11 @@ class RowFileReader {
 
   const RowFileHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
-  // Reads the next chunk into *chunk (next_cursor unused). At the footer, sets *done and
-  // checks the totals; then rows() is the file's row count.
+  // Reads the next record into *chunk: rows (chunk->removed empty) or removed keys
+  // (chunk->keys empty). At the footer, sets *done and checks the totals.
   absl::Status Next(ExportChunk* chunk, bool* done);
   int64_t rows() const { return rows_; }
+  int64_t removed() const { return removed_; }
 
  private:
   RowFileReader(std::string path, std::unique_ptr<::tensorflow::RandomAccessFile> file,
@@ -81,7 +91,7 @@ class RowFileReader {
   std::unique_ptr<::tensorflow::RandomAccessFile> file_;
   uint64_t size_, offset_ = 0;
   RowFileHeader header_;
-  int64_t rows_ = 0, chunks_ = 0;
+  int64_t rows_ = 0, chunks_ = 0, removed_ = 0;
 };
 
 // Reads every row of `path` and checks that its header matches dim, num_slots and

@@ -29,13 +29,21 @@ REGISTER_OP("Tfps>TableSave")
     .Input("shard_index: int64")
     .Input("num_shards: int64")
     .Output("rows: int64")
+    .Output("kind: int64")
+    .Attr("changes_only: bool = false")
     .Attr("max_chunk_bytes: int = 4194304")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {0, 1, 2, 3}, {}); })
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarResult(c, {0, 1, 2, 3}, {}));
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
     .Doc(R"doc(
-Writes every row of the table (a shard `shard_index` of `num_shards`) to the row file
-`path`, chunk by chunk, through a temporary file renamed into place at the end. Returns the
-number of rows written.
+Writes the table (shard `shard_index` of `num_shards`) to the row file `path`, chunk by
+chunk, through a temporary file renamed into place at the end: every row, or with
+`changes_only` the rows inserted or changed and the keys removed since the table's last
+save (every row when the table needs a whole save: after a clear or a failed save).
+Returns the rows written and the file's kind (0: whole shard, 1: changes).
 )doc");
 
 REGISTER_OP("Tfps>RowFilesCheck")
@@ -63,10 +71,12 @@ REGISTER_OP("Tfps>TableRestore")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {0, 3, 4}, {1, 2}); })
     .Doc(R"doc(
-Replaces the table's rows by the rows of the files in `paths` whose keys route to shard
-`shard_index` of `num_shards`, and its clock by the largest saved one. The headers are
-checked against the table before it is cleared; run Tfps>RowFilesCheck over the same files
-first to check every row before the table is touched. Returns the rows restored.
+Restores the rows of the files in `paths` whose keys route to shard `shard_index` of
+`num_shards`, in order: a whole-shard file replaces the rows of the keys its saved shard
+held (when every file is whole, the table is cleared first), a file of changes removes its
+removed keys and writes its rows. The clock becomes the largest saved one. The headers are
+checked against the table before it is touched; run Tfps>RowFilesCheck over the same files
+first to check every row. Returns the rows restored.
 )doc");
 
 }  // namespace tfps
