@@ -9,6 +9,7 @@ if not _os.path.isdir(_os.path.join(__path__[0], "keras_layers")) and _os.path.i
         _os.path.join(_checkout, "keras_layers", "dynamic_embedding.py")):
     __path__.append(_checkout)
 
+from tfps import callbacks
 from tfps import checkpoint
 from tfps import data
 from tfps import distribute
@@ -25,5 +26,5 @@ optimizer_bridge.install()
 
 __version__ = "0.1.0"
 
-__all__ = ["DynamicTable", "TableRows", "data", "distribute", "export", "initializers", "keras_layers", "metrics",
-           "optimizers"]
+__all__ = ["DynamicTable", "TableRows", "callbacks", "checkpoint", "data", "distribute", "export",
+           "initializers", "keras_layers", "metrics", "optimizers"]

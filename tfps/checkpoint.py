@@ -131,6 +131,13 @@ def _check_layout(key, layout, table):
     tf.debugging.assert_equal(layout[:4], expected, message=message)
 
 
+def delete(prefix):
+    """Deletes the checkpoint `prefix`: its index, data and table files."""
+    for pattern in (prefix + ".index", prefix + ".data-*", f"{prefix}-{SAVER_NAME}*"):
+        for path in tf.io.gfile.glob(pattern):
+            tf.io.gfile.remove(path)
+
+
 def _delete_with_table_files(delete):
     def delete_file_if_exists(filespec):
         delete(filespec)

@@ -1,0 +1,153 @@
+"""Keras callbacks for training with dynamic tables."""
+
+import json
+import os
+import sys
+import time
+
+import tensorflow as tf
+import tf_keras as keras
+from tf_keras.src.distribute import worker_training_state
+
+from tfps import checkpoint as checkpoint_lib
+
+CHAIN_FILE = "chain.json"
+
+
+class IncrementalBackup(keras.callbacks.BackupAndRestore):
+    """BackupAndRestore whose backups hold only what changed since the one before.
+
+    Every `full_every`-th backup is whole; the backups between hold, for each table, only
+    the rows inserted or changed and the keys removed since the previous backup (other
+    variables, being small, whole), so a backup costs time and space in proportion to the
+    rows training touched, not to the tables. On `fit` the latest whole backup and its
+    later ones are restored in order, and training resumes where the last one was taken,
+    as with BackupAndRestore (`fit` restarts after a lost parameter server under
+    tfps-launch this way). The chain is listed in `backup_dir/chief/chain.json`, which is
+    replaced only after a backup is complete, so a crash mid-backup leaves the previous
+    chain intact.
+
+    Args:
+      backup_dir: where the backups live (any path tf.io.gfile writes).
+      save_freq: "epoch", or back up every this many training steps.
+      every_seconds: also back up at the first step end this long after the last backup.
+      full_every: every this many backups is whole (a restore reads at most
+        full_every - 1 backups of changes after it).
+      delete_checkpoint: delete the backups when `fit` ends normally.
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch", every_seconds=None, full_every=10,
+                 delete_checkpoint=True):
+        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
+        if isinstance(full_every, bool) or not isinstance(full_every, int) or full_every < 1:
+            raise ValueError(f"IncrementalBackup: full_every must be a positive int, got {full_every!r}")
+        if every_seconds is not None and not every_seconds > 0:
+            raise ValueError(f"IncrementalBackup: every_seconds must be > 0, got {every_seconds!r}")
+        self.full_every = full_every
+        self.every_seconds = every_seconds
+        self._last_backup = time.monotonic()
+        self._batch_backed_up = -1
+        self._supports_tf_logs = True  # its batch hooks run under ParameterServerStrategy too
+
+    def on_train_begin(self, logs=None):
+        if self.model.optimizer is not None and not getattr(self.model.optimizer, "_built", True):
+            self.model.optimizer.build(self.model.trainable_variables)
+        self._training_state = _ChainTrainingState(self.model, self.backup_dir, self.save_freq,
+                                                   self.full_every)
+        self.model._training_state = self._training_state  # pylint: disable=protected-access
+        self._training_state.restore()
+        self._last_backup = time.monotonic()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        pass
+
+    def on_train_batch_end(self, batch, logs=None):
+        # Under ParameterServerStrategy this runs once per steps_per_execution block.
+        due = isinstance(self.save_freq, int) and batch - self._batch_backed_up >= self.save_freq
+        due = due or (self.every_seconds is not None and
+                      time.monotonic() - self._last_backup >= self.every_seconds)
+        if not due:
+            return
+        coordinator = getattr(self.model, "_cluster_coordinator", None)
+        if coordinator is not None:
+            coordinator.join()  # the steps scheduled so far have run
+        self._training_state._ckpt_saved_batch.assign(batch)  # pylint: disable=protected-access
+        self._backup(epoch=self._current_epoch, batch=batch)
+        self._batch_backed_up = batch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        self._batch_backed_up = -1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.save_freq == "epoch":
+            self._backup(epoch=epoch)
+
+    def _implements_train_batch_hooks(self):
+        return self.save_freq != "epoch" or self.every_seconds is not None
+
+    def _backup(self, epoch, batch=0):
+        self._training_state.back_up(epoch=epoch, batch=batch)
+        self._last_backup = time.monotonic()
+
+
+class _ChainTrainingState(worker_training_state.WorkerTrainingState):
+    """The training state of IncrementalBackup: a chain of checkpoints, one whole and then
+    changes, listed in chain.json."""
+
+    def __init__(self, model, backup_dir, save_freq, full_every):
+        super().__init__(model, backup_dir, save_freq)
+        self._directory = os.path.join(backup_dir, "chief")
+        self._checkpoint = tf.train.Checkpoint(
+            model=model, ckpt_saved_epoch=self._ckpt_saved_epoch,
+            ckpt_saved_batch=self._ckpt_saved_batch,
+            train_counter=model._train_counter)  # pylint: disable=protected-access
+        self._full_every = full_every
+        self._chain, self._next = self._read_chain()
+
+    def _chain_path(self):
+        return os.path.join(self._directory, CHAIN_FILE)
+
+    def _read_chain(self):
+        if not tf.io.gfile.exists(self._chain_path()):
+            return [], 1
+        with tf.io.gfile.GFile(self._chain_path()) as f:
+            state = json.load(f)
+        return state["chain"], state["next"]
+
+    def _write_chain(self, chain, next_number):
+        temp = self._chain_path() + ".tmp"
+        with tf.io.gfile.GFile(temp, "w") as f:
+            json.dump({"chain": chain, "next": next_number}, f)
+        tf.io.gfile.rename(temp, self._chain_path(), overwrite=True)
+
+    def back_up(self, epoch, batch=0):
+        tf.io.gfile.makedirs(self._directory)
+        whole = not self._chain or len(self._chain) >= self._full_every
+        name = f"ckpt-{self._next}"
+        prefix = os.path.join(self._directory, name)
+        if whole:
+            self._checkpoint.write(prefix)
+        else:
+            with checkpoint_lib.changes_only():
+                self._checkpoint.write(prefix)
+        dropped = self._chain if whole else []
+        self._chain = [name] if whole else self._chain + [name]
+        self._next += 1
+        self._write_chain(self._chain, self._next)
+        for old in dropped:
+            checkpoint_lib.delete(os.path.join(self._directory, old))
+
+    def restore(self):
+        if not self._chain:
+            return
+        for name in self._chain:
+            self._checkpoint.read(os.path.join(self._directory, name)).expect_partial()
+        print(f"tfps IncrementalBackup: restored {self._chain[0]} (whole) and "
+              f"{len(self._chain) - 1} backup(s) of changes from {self._directory}, taken at "
+              f"epoch {int(self._ckpt_saved_epoch.numpy())}, batch "
+              f"{int(self._ckpt_saved_batch.numpy())}", file=sys.stderr, flush=True)
+
+    def delete_backup(self):
+        if tf.io.gfile.exists(self._directory):
+            tf.io.gfile.rmtree(self._directory)
