@@ -8,7 +8,9 @@ cluster (TF_CONFIG, as tfps-launch or a Kubernetes TFJob sets it): ps and worker
 serve, the chief trains, and an evaluator task (tfps-launch --evaluator, with a shared
 --checkpoint_dir) evaluates each checkpoint the chief writes. Missing data is generated. In a cluster the chief runs a tf.data
 service, so each line is read by exactly one worker per epoch. Logs loss, AUC and
-examples/s per epoch, saves checkpoints, and exports a SavedModel for serving.
+examples/s per epoch, saves checkpoints, and exports a SavedModel for serving. Training
+backs itself up with tfps.callbacks.IncrementalBackup (--backup_dir), so under
+tfps-launch a run whose parameter server dies restarts and resumes from its last backup.
 """
 
 import argparse
@@ -75,6 +77,11 @@ def main():
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=0.3)
     parser.add_argument("--checkpoint_dir", default=None)
+    parser.add_argument("--backup_dir", default=os.path.join(tempfile.gettempdir(), "tfps-train-ctr-backup"),
+                        help="IncrementalBackup's directory: a run that dies (a lost parameter server "
+                             "under tfps-launch) resumes from it; '' turns backups off")
+    parser.add_argument("--backup_every_steps", type=int, default=0,
+                        help="steps between backups (default: a quarter of an epoch)")
     parser.add_argument("--export_dir", default=None)
     parser.add_argument("--evaluator_timeout", type=float, default=3600,
                         help="an evaluator stops after this many seconds without a new checkpoint")
@@ -96,6 +103,10 @@ def main():
     callbacks = [Throughput(steps * args.batch_size),
                  keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "weights-{epoch:02d}"),
                                                  save_weights_only=True)]
+    if args.backup_dir:
+        # Whole every 10th backup, only the rows that changed in between; removed when fit ends.
+        callbacks.insert(0, tfps.callbacks.IncrementalBackup(
+            args.backup_dir, save_freq=args.backup_every_steps or max(1, steps // 4)))
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with (tfps.data.local_data_service() if clustered else _no_service()) as service:
         def train_data(_=None):

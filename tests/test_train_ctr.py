@@ -19,7 +19,8 @@ def run(cmd, tmp_path):
 
 def test_example_trains_evaluates_checkpoints_and_exports_locally(tmp_path):
     out = run([sys.executable, EXAMPLE, "--data_dir", str(tmp_path / "data"), "--checkpoint_dir",
-               str(tmp_path / "ckpt"), "--export_dir", str(tmp_path / "export"), *ARGS], tmp_path)
+               str(tmp_path / "ckpt"), "--export_dir", str(tmp_path / "export"),
+               "--backup_dir", str(tmp_path / "backup"), *ARGS], tmp_path)
     assert "epoch 2: loss" in out and "examples/s" in out and "eval: loss" in out
     assert "exported {'fields':" in out
     assert any(name.startswith("weights") for name in os.listdir(tmp_path / "ckpt"))
@@ -28,7 +29,8 @@ def test_example_trains_evaluates_checkpoints_and_exports_locally(tmp_path):
 
 def test_example_runs_on_a_launched_cluster(tmp_path):
     out = run([sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2", "--log_dir",
-               str(tmp_path / "logs"), EXAMPLE, "--data_dir", str(tmp_path / "data"), *ARGS], tmp_path)
+               str(tmp_path / "logs"), EXAMPLE, "--data_dir", str(tmp_path / "data"),
+               "--backup_dir", str(tmp_path / "backup"), *ARGS], tmp_path)
     assert "eval: loss" in out
     sizes = out.split("table sizes per PS shard: ")[1].split("\n")[0]
     assert len(eval(sizes)) == 2 and min(eval(sizes)) > 0  # both PS tasks hold keys
