@@ -1,6 +1,7 @@
 """Export a trained model as a SavedModel that stock TensorFlow and TF Serving load with no
-tfps ops: every dynamic table is frozen into sorted keys and a values matrix, looked up
-with tf.searchsorted and tf.gather."""
+tfps ops: every shard of every dynamic table is frozen into sorted keys and a values
+matrix, looked up with tf.searchsorted and tf.gather after the same routing as in
+training."""
 
 import os
 import shutil
@@ -13,15 +14,14 @@ from tfps import stock_ops
 
 
 class FrozenTable(tf.Module):
-    """The rows of a dynamic table as stock variables: sorted int64 keys [n] and values
+    """The rows of one table shard as stock variables: sorted int64 keys [n] and values
     [n, dim] (float32 or float16)."""
 
     def __init__(self, keys, values, name=None):
         super().__init__(name=name)
-        order = np.argsort(keys, kind="stable")
-        self.num_rows = int(len(keys))
-        self.keys = tf.Variable(keys[order], trainable=False, name="keys")
-        self.values = tf.Variable(values[order], trainable=False, name="values")
+        self.num_rows = int(keys.shape[0])
+        self.keys = tf.Variable(keys, trainable=False, name="keys")
+        self.values = tf.Variable(values, trainable=False, name="values")
 
     def find(self, keys):
         """(float32 rows [n, dim], exists [n]) of int64 keys [n]; absent rows are zeros."""
@@ -34,23 +34,50 @@ class FrozenTable(tf.Module):
         return tf.where(exists[:, None], rows, 0.0), exists
 
 
-def freeze(layer, min_count=None, value_dtype=None, chunk_rows=1 << 16):
-    """A FrozenTable of a DynamicEmbedding's table, read shard by shard in chunks (under
-    ParameterServerStrategy each chunk comes from its PS), keeping rows whose occurrence
-    count is >= min_count."""
-    value_dtype = np.dtype(value_dtype or np.float32)
-    if value_dtype not in (np.float32, np.float16):
-        raise ValueError(f"save_for_serving: value_dtype must be float32 or float16, got {value_dtype}")
-    keys, values = [], []
-    for chunk in layer.table.export_chunks(chunk_rows):
-        keep = slice(None)
-        if min_count is not None:
-            keep = chunk.metadata.numpy()[:, 0] >= min_count
-        keys.append(chunk.keys.numpy()[keep])
-        values.append(chunk.values.numpy()[keep].astype(value_dtype))
-    keys = np.concatenate(keys) if keys else np.zeros([0], np.int64)
-    values = np.concatenate(values) if values else np.zeros([0, layer.dim], value_dtype)
-    return FrozenTable(keys, values, name=f"{layer.name}_frozen")
+class ShardedFrozenTable(tf.Module):
+    """One FrozenTable per shard of a trained table; keys route to them as in training."""
+
+    def __init__(self, shards, name=None):
+        super().__init__(name=name)
+        self.shards = list(shards)
+
+    @property
+    def num_rows(self):
+        return sum(shard.num_rows for shard in self.shards)
+
+    def find(self, keys):
+        """(float32 rows [n, dim], exists [n]) of int64 keys [n]."""
+        if len(self.shards) == 1:
+            return self.shards[0].find(keys)
+        route = stock_ops.shard_of(keys, len(self.shards))
+        positions = tf.dynamic_partition(tf.range(tf.size(keys)), route, len(self.shards))
+        parts = tf.dynamic_partition(keys, route, len(self.shards))
+        found = [shard.find(part) for shard, part in zip(self.shards, parts)]
+        return (tf.dynamic_stitch(positions, [rows for rows, _ in found]),
+                tf.dynamic_stitch(positions, [exists for _, exists in found]))
+
+
+def freeze(layer, min_count=None, value_dtype=None):
+    """A ShardedFrozenTable of a DynamicEmbedding's table, keeping rows whose occurrence
+    count is >= min_count. Each shard is frozen on its own device: under
+    ParameterServerStrategy its parameter server sorts its rows into variables it holds,
+    and a SavedModel save writes them from there, so no row passes through the chief."""
+    value_dtype = tf.as_dtype(np.dtype(value_dtype or np.float32))
+    if value_dtype not in (tf.float32, tf.float16):
+        raise ValueError(f"save_for_serving: value_dtype must be float32 or float16, got "
+                         f"{value_dtype.name}")
+    frozen = []
+    for i, shard in enumerate(layer.table.shards):
+        with tf.device(shard.resource_handle.device):
+            rows = shard.export()
+            keys, values = rows.keys, rows.values
+            if min_count is not None:
+                keep = rows.metadata[:, 0] >= min_count
+                keys, values = tf.boolean_mask(keys, keep), tf.boolean_mask(values, keep)
+            order = tf.argsort(keys, stable=True)
+            frozen.append(FrozenTable(tf.gather(keys, order), tf.cast(tf.gather(values, order), value_dtype),
+                                      name=f"{layer.name}_frozen{i}"))
+    return ShardedFrozenTable(frozen, name=f"{layer.name}_frozen")
 
 
 def _dynamic_embeddings(model):

@@ -22,6 +22,13 @@ def mix64(x):
     return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _c(33)))
 
 
+def shard_of(keys, num_shards):
+    """As the Tfps>ShardOf op: int32 shard of each int64 key."""
+    h = mix64(tf.bitwise.bitwise_xor(tf.bitcast(keys, _U64), _c(0x6A09E667F3BCC909)))
+    shard = tf.bitwise.right_shift(tf.bitwise.right_shift(h, _c(32)) * _c(num_shards), _c(32))
+    return tf.cast(shard, tf.int32)
+
+
 def namespaced_keys(ids, namespaces):
     """As the Tfps>NamespacedKeys op: int64 keys of int32/int64/uint64 IDs."""
     if ids.dtype == tf.uint64:
