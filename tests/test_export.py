@@ -155,3 +155,19 @@ def test_export_of_a_model_trained_under_parameter_server_strategy(tmp_path):
     served = serve_without_tfps(out["export_dir"], inputs, tmp_path)
     np.testing.assert_allclose(served, np.load(str(tmp_path / "expected.npy")), atol=1e-6)
     assert out["rows"]["ids"] == sum(out["shard_sizes"])
+
+
+@pytest.mark.parametrize("num_shards", [1, 2, 3, 7])
+def test_serving_routes_keys_to_frozen_shards_as_training_does(num_shards):
+    from tfps import stock_ops
+    keys = np.concatenate([np.random.default_rng(0).integers(-(1 << 63), (1 << 63) - 1, 5000, dtype=np.int64),
+                           [0, -1, -(1 << 63), (1 << 63) - 1]]).astype(np.int64)
+    np.testing.assert_array_equal(stock_ops.shard_of(tf.constant(keys), num_shards).numpy(),
+                                  tfps.keys.shard_of(tf.constant(keys), num_shards).numpy())
+    table = tfps.sharded_table.ShardedTable(3, devices=["/cpu:0"] * num_shards)
+    table.insert(keys, np.arange(len(keys) * 3, dtype=np.float32).reshape(-1, 3))
+    layer = type("Layer", (), {"table": table, "name": "t"})()
+    frozen = tfps.export.freeze(layer)
+    rows, exists = frozen.find(tf.constant(np.append(keys, 12345)))
+    np.testing.assert_array_equal(rows.numpy()[:-1], table.find(keys).numpy())
+    assert exists.numpy()[:-1].all() and not exists.numpy()[-1]
