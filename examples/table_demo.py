@@ -32,16 +32,9 @@ def id_stream(batch, seed):
         yield ids, labels
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--batch", type=int, default=4096)
-    parser.add_argument("--dim", type=int, default=8)
-    args = parser.parse_args()
-
-    table = tfps.DynamicTable(args.dim, optimizer=tfps.optimizers.Adagrad(0.2),
-                              initializer=tfps.initializers.TruncatedNormal(stddev=0.01), seed=7)
-    readout = tf.ones([args.dim]) / args.dim
+def make_train_step(table, readout):
+    """A tf.function step: the logistic loss of each ID's row . readout against its label,
+    whose gradient for each unique ID's row goes to the table's own optimizer."""
 
     @tf.function
     def train_step(ids, labels, step):
@@ -51,9 +44,23 @@ def main():
             tape.watch(rows)
             logits = tf.linalg.matvec(tf.gather(rows, position), readout)
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels, logits))
-        table.apply_gradients(unique, tape.gradient(rows, rows), step=step)
+        # The gather's gradient holds one slice per occurrence; dense, it sums them per row.
+        table.apply_gradients(unique, tf.convert_to_tensor(tape.gradient(loss, rows)), step=step)
         return loss
 
+    return train_step
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=4096)
+    parser.add_argument("--dim", type=int, default=8)
+    args = parser.parse_args()
+
+    table = tfps.DynamicTable(args.dim, optimizer=tfps.optimizers.Adagrad(0.2),
+                              initializer=tfps.initializers.TruncatedNormal(stddev=0.01), seed=7)
+    train_step = make_train_step(table, tf.ones([args.dim]) / args.dim)
     stream = id_stream(args.batch, seed=1)
     start = time.perf_counter()
     for step in range(1, args.steps + 1):

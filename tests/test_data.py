@@ -53,7 +53,8 @@ def test_reader_matches_a_pure_python_parse(tmp_path):
 MALFORMED = ["1\t2\t3",                                                  # wrong column count
              "0\t" + "\t".join(["x1"] + [""] * 12) + "\t" + "\t".join([""] * 26),   # non-numeric
              "1\t" + "\t".join([""] * 13) + "\t" + "\t".join(["zz"] + [""] * 25),   # non-hex
-             "7\t" + "\t".join([""] * 13) + "\t" + "\t".join([""] * 26)]            # bad label
+             "7\t" + "\t".join([""] * 13) + "\t" + "\t".join([""] * 26),            # bad label
+             "0\t" + "\t".join(["-"] + [""] * 12) + "\t" + "\t".join([""] * 26)]     # a lone minus
 
 
 def test_malformed_lines_are_skipped_with_a_warning_naming_file_and_line(tmp_path, capfd):
@@ -63,8 +64,8 @@ def test_malformed_lines_are_skipped_with_a_warning_naming_file_and_line(tmp_pat
     total = sum(int(tf.size(y)) for _, y in tfps.data.criteo_dataset([path], 16))
     assert total == 50
     err = capfd.readouterr().err
-    assert "skipped malformed line(s) [51 52 53 54] of" in err and path in err
-    assert "4 malformed so far" in err
+    assert "skipped malformed line(s) [51 52 53 54 55] of" in err and path in err
+    assert "5 malformed so far" in err
 
 
 def test_malformed_lines_raise_when_asked(tmp_path):
@@ -91,3 +92,17 @@ def test_one_epoch_gives_each_line_to_exactly_one_of_two_workers(tmp_path):
     out = run_cluster_program("data_exactly_once.py", str(tmp_path), str(line))
     counts = np.array(out["counts"])
     np.testing.assert_array_equal(counts, np.ones(line))
+
+
+def test_gzipped_files_and_a_single_path_read_like_plain_files(tmp_path):
+    import gzip
+    import shutil
+    path = tfps.data.write_criteo(str(tmp_path), num_files=1, rows_per_file=300, seed=2)[0]
+    with open(path, "rb") as plain, gzip.open(path + ".gz", "wb") as packed:
+        shutil.copyfileobj(plain, packed)
+
+    def rows(files):
+        return np.concatenate([y.numpy() for _, y in tfps.data.criteo_dataset(files, 64)])
+
+    np.testing.assert_array_equal(rows(path + ".gz"), rows([path]))
+    assert len(rows(path)) == 300

@@ -1,5 +1,7 @@
 """tfps.metrics against exact sort-based references, eagerly and in tf.function."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -279,3 +281,33 @@ def test_histogram_ops_reject_a_variable_that_is_not_a_float64_pair_histogram():
         with pytest.raises(tf.errors.InvalidArgumentError, match="m: " + message):
             ops.tfps_histogram_auc_update(histogram.handle, [1.0], [0.5], tf.zeros([0]),
                                           tf.constant(0, tf.int64), metric_name="m", **scale)
+
+
+def test_histogram_ops_given_non_scalars_eagerly_raise_instead_of_aborting():
+    # Eager calls skip shape functions; a kernel that trusted .scalar() would abort the
+    # process, so the calls run in a child process whose survival is part of the check.
+    import subprocess
+    import sys
+    program = """
+import tensorflow as tf
+from tfps._ops import ops
+h = tf.Variable(tf.zeros([8, 2], tf.float64))
+for name, call in (
+        ("first_bucket", lambda: ops.tfps_histogram_auc_update(
+            h.handle, [1.0], [0.5], tf.zeros([0]), tf.constant([0, 1], tf.int64),
+            buckets_per_octave=2, octaves=2, metric_name="m")),
+        ("positives_above", lambda: ops.tfps_histogram_curve_sum(
+            h.handle, tf.zeros([2], tf.float64), tf.constant(0.0, tf.float64), curve="ROC")),
+        ("negatives_above", lambda: ops.tfps_histogram_curve_sum(
+            h.handle, tf.constant(0.0, tf.float64), tf.zeros([3], tf.float64), curve="ROC"))):
+    try:
+        call()
+    except tf.errors.InvalidArgumentError as e:
+        assert name + " must be a scalar" in str(e), str(e)
+        print("raised", name)
+"""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["raised", "first_bucket", "raised", "positives_above",
+                                  "raised", "negatives_above"]

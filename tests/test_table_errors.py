@@ -45,6 +45,25 @@ def test_non_finite_gradient_rejects_the_whole_apply(run, bad):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("method", ["insert", "import_rows"])
+def test_non_finite_values_or_slots_are_refused_and_no_row_is_written(run, method, bad):
+    table = tfps.DynamicTable(2, optimizer="adagrad")
+    table.insert(tf.constant([1], tf.int64), tf.constant([[0.5, 0.5]]))
+    before = table.export()
+    keys = tf.constant([1, 2], tf.int64)
+    values = np.ones([2, 2], np.float32)
+    slots = np.ones([2, 1, 2], np.float32)
+    (values if method == "insert" else slots)[1, 0] = bad
+    what = "values" if method == "insert" else "slots"
+    call = (lambda k, v, s: table.insert(k, v)) if method == "insert" else \
+        (lambda k, v, s: table.import_rows(tfps.TableRows(k, v, s, tf.zeros([2, 3], tf.int64))))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{what} contain NaN or Inf"):
+        run(call, keys, tf.constant(values), tf.constant(slots))
+    for a, b in zip(before, table.export()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_dim_mismatch_between_op_and_table_is_named():
     table = tfps.DynamicTable(4)
     with pytest.raises(tf.errors.InvalidArgumentError,
@@ -89,6 +108,20 @@ def test_step_must_be_a_scalar():
     (dict(initializer="zeros", initializer_params=[], learning_rate=-1.0), r"learning_rate must be a positive"),
     (dict(initializer="zeros", initializer_params=[], optimizer="ftrl",
           optimizer_params=[0.1, 0.0, 0.0, 0.5]), r"lr_power must be <= 0"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="adam",
+          optimizer_params=[1.0, 0.999, 1e-7]), r"adam beta1 must be in \[0, 1\), got 1"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="adam",
+          optimizer_params=[0.9, -0.1, 1e-7]), r"adam beta2 must be in \[0, 1\), got -0.1"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="adam",
+          optimizer_params=[0.9, 0.999, -1.0]), r"adam epsilon must be a finite number >= 0"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="adagrad",
+          optimizer_params=[0.1, float("nan")]), r"adagrad epsilon must be a finite number >= 0"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="ftrl",
+          optimizer_params=[0.1, -0.5, 0.0, -0.5]), r"ftrl l1 must be a finite number >= 0, got -0.5"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="ftrl",
+          optimizer_params=[0.1, 0.0, float("inf"), -0.5]), r"ftrl l2 must be a finite number >= 0"),
+    (dict(initializer="zeros", initializer_params=[], optimizer="ftrl",
+          optimizer_params=[0.1, 0.0, 0.0, float("-inf")]), r"ftrl lr_power must be finite"),
 ])
 def test_create_op_rejects_bad_configuration(kwargs, message):
     args = dict(dim=2, optimizer="sgd", learning_rate=0.1, shared_name="bad_config_table")
@@ -114,9 +147,17 @@ def test_python_constructors_reject_bad_arguments(make, message):
         make()
 
 
-def test_same_shared_name_with_another_dim_is_refused():
-    common = dict(optimizer="sgd", learning_rate=0.1, initializer="zeros", shared_name="dup_table")
-    handle = ops.tfps_table_create(dim=2, **common)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"already exists with dim 2, not 3"):
-        ops.tfps_table_create(dim=3, **common)
+@pytest.mark.parametrize("change,message", [
+    (dict(dim=3), r"already exists with dim 2, .* not dim 3"),
+    (dict(optimizer="adagrad", optimizer_params=[0.1, 1e-7]), r"optimizer sgd .* not dim 2, optimizer adagrad"),
+    (dict(learning_rate=0.2), r"learning_rate 0.1,.* not .*learning_rate 0.2"),
+    (dict(initializer="uniform", initializer_params=[-1.0, 1.0]), r"initializer zeros .* initializer uniform"),
+    (dict(seed=7), r"seed 0, not .*seed 7"),
+])
+def test_same_shared_name_with_another_configuration_is_refused(change, message):
+    common = dict(dim=2, optimizer="sgd", learning_rate=0.1, initializer="zeros", shared_name="dup_table")
+    handle = ops.tfps_table_create(**common)
+    ops.tfps_table_create(**common)  # the same configuration shares the table
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        ops.tfps_table_create(**{**common, **change})
     tf.raw_ops.DestroyResourceOp(resource=handle)

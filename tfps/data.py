@@ -64,7 +64,7 @@ def parse_lines(lines):
     fields = columns.to_tensor(default_value="", shape=[None, NUM_COLUMNS])
     label, dense, categorical = fields[:, 0], fields[:, 1:1 + NUM_DENSE], fields[:, 1 + NUM_DENSE:]
     valid = (right_count & tf.strings.regex_full_match(label, "[01]")
-             & tf.reduce_all(tf.strings.regex_full_match(dense, "-?[0-9]{0,18}"), axis=1)
+             & tf.reduce_all(tf.strings.regex_full_match(dense, "(-?[0-9]{1,18})?"), axis=1)
              & tf.reduce_all(tf.strings.regex_full_match(categorical, "[0-9a-fA-F]{0,16}"), axis=1))
     clean_dense = tf.where(valid[:, None] & (dense != ""), dense, "0")
     values = tf.strings.to_number(clean_dense, tf.int64)
@@ -80,7 +80,7 @@ def criteo_dataset(files, batch_size, malformed="skip", shuffle_buffer=0, seed=N
     """A tf.data pipeline over Criteo-format files.
 
     Args:
-      files: list of paths.
+      files: a path or a list of paths; paths ending in .gz are read as gzip.
       batch_size: examples per output batch.
       malformed: "skip" (count, warn with file and line, drop) or "raise".
       shuffle_buffer: examples to shuffle over (0: keep file order).
@@ -97,6 +97,9 @@ def criteo_dataset(files, batch_size, malformed="skip", shuffle_buffer=0, seed=N
     """
     if malformed not in ("skip", "raise"):
         raise ValueError(f"criteo_dataset: malformed must be 'skip' or 'raise', got {malformed!r}")
+    if isinstance(files, (str, bytes, os.PathLike)):
+        files = [files]
+    files = [os.fspath(f) for f in files]
     if not files:
         raise ValueError("criteo_dataset: no input files")
     for path in files:
@@ -104,7 +107,10 @@ def criteo_dataset(files, batch_size, malformed="skip", shuffle_buffer=0, seed=N
             raise FileNotFoundError(f"criteo_dataset: {path} does not exist")
 
     def numbered_lines(path):
-        lines = tf.data.TextLineDataset(path).enumerate(start=1).batch(lines_per_parse)
+        # Criteo ships its files gzipped: a path ending in .gz is read as gzip.
+        compression = tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
+        lines = tf.data.TextLineDataset(path, compression_type=compression)
+        lines = lines.enumerate(start=1).batch(lines_per_parse)
         return lines.map(lambda number, text: (tf.fill(tf.shape(number), path), number, text))
 
     dataset = tf.data.Dataset.from_tensor_slices(list(files)).interleave(

@@ -186,6 +186,11 @@ class HistogramAucUpdateOp : public OpKernel {
       *histogram = copy;
     }
     // [bucket][positive, negative]: one cache line per example.
+    // Eager calls skip shape functions, so the kernel checks what .scalar() assumes.
+    OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(ctx->input(4).shape()),
+                absl::InvalidArgumentError(absl::StrCat(
+                    metric_name_, ": first_bucket must be a scalar, got shape ",
+                    ctx->input(4).shape().DebugString())));
     const int64_t first = ctx->input(4).scalar<int64_t>()();
     const int64_t rows = histogram->dim_size(0);
     const int64_t num_buckets = 2 * int64_t{scale_.per_side};

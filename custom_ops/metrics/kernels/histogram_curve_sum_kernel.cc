@@ -29,6 +29,13 @@ class HistogramCurveSumOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckHistogram(*var, "Tfps>HistogramCurveSum"));
     const Tensor& histogram = *var->tensor();
     const double* counts = histogram.flat<double>().data();
+    // Eager calls skip shape functions, so the kernel checks what .scalar() assumes.
+    for (int i : {1, 2}) {
+      OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(ctx->input(i).shape()),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Tfps>HistogramCurveSum: ", i == 1 ? "positives_above" : "negatives_above",
+                      " must be a scalar, got shape ", ctx->input(i).shape().DebugString())));
+    }
     double positives = ctx->input(1).scalar<double>()();
     double negatives = ctx->input(2).scalar<double>()();
     double sum = 0.0;

@@ -1,6 +1,7 @@
 // CPU kernels of the dynamic table ops: fetch and validate inputs, allocate outputs, and
 // hand the work to the core table.
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -74,6 +75,20 @@ class TableOpKernel : public OpKernel {
     return absl::OkStatus();
   }
 
+  // Rows written as given must be finite, as apply_gradients requires of gradients: one
+  // NaN would spread through every model that reads the row.
+  absl::Status CheckFinite(const Tensor& rows, const char* rows_name) const {
+    const float* data = rows.flat<float>().data();
+    for (int64_t i = 0; i < rows.NumElements(); ++i) {
+      if (!std::isfinite(data[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            type_string(), ": ", rows_name, " contain NaN or Inf (element ", i, " is ", data[i],
+            "); no row was written"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ScalarInput(OpKernelContext* ctx, int index, const char* name, int64_t* value) const {
     const Tensor& t = ctx->input(index);
     if (!::tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
@@ -109,12 +124,13 @@ class TableCreateOp : public OpKernel {
                               *out = new TableResource(config_);
                               return absl::OkStatus();
                             }));
-    const int existing_dim = resource->table().dim();
+    const std::string existing = DescribeTableConfig(resource->table().config());
     resource->Unref();
-    OP_REQUIRES(ctx, existing_dim == config_.dim,
+    const std::string wanted = DescribeTableConfig(config_);
+    OP_REQUIRES(ctx, existing == wanted,
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Tfps>TableCreate: a table named '", shared_name_, "' already exists with dim ",
-                    existing_dim, ", not ", config_.dim)));
+                    "Tfps>TableCreate: a table named '", shared_name_, "' already exists with ",
+                    existing, ", not ", wanted)));
     Tensor* handle = nullptr;
     ::tensorflow::AllocatorAttributes host;
     host.set_on_host(true);
@@ -179,6 +195,7 @@ class TableInsertOp : public TableOpKernel {
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckRows(keys, values, "values"));
+    OP_REQUIRES_OK(ctx, CheckFinite(values, "values"));
     table.Insert(KeyData(keys), keys.NumElements(), values.flat<float>().data(),
                           DeviceParallelFor(ctx));
   }
@@ -288,6 +305,8 @@ class TableImportOp : public TableTransferOpKernel {
                 absl::InvalidArgumentError(absl::StrCat(
                     "Tfps>TableImport: metadata must have shape [num_keys, 3], got ",
                     metadata.shape().DebugString())));
+    OP_REQUIRES_OK(ctx, CheckFinite(values, "values"));
+    OP_REQUIRES_OK(ctx, CheckFinite(slots, "slots"));
     table.Import(KeyData(keys), n, values.flat<float>().data(), slots.flat<float>().data(),
                           metadata.flat<int64_t>().data(), DeviceParallelFor(ctx));
   }

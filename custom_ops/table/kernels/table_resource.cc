@@ -17,6 +17,18 @@ std::string TableResource::DebugString() const {
   return absl::StrCat("tfps dynamic table (dim ", table_.dim(), ", ", table_.Size(), " keys)");
 }
 
+std::string DescribeTableConfig(const TableConfig& c) {
+  static const char* kOptimizers[] = {"sgd", "adagrad", "adam", "ftrl"};
+  static const char* kInitializers[] = {"zeros", "uniform", "truncated_normal"};
+  const OptimizerConfig& o = c.optimizer;
+  return absl::StrCat(
+      "dim ", c.dim, ", optimizer ", kOptimizers[static_cast<int>(o.kind)], " (learning_rate ",
+      o.learning_rate, ", initial_accumulator ", o.initial_accumulator, ", epsilon ", o.epsilon,
+      ", beta1 ", o.beta1, ", beta2 ", o.beta2, ", l1 ", o.l1, ", l2 ", o.l2, ", lr_power ",
+      o.lr_power, "), initializer ", kInitializers[static_cast<int>(c.initializer.kind)], " (",
+      c.initializer.a, ", ", c.initializer.b, "), seed ", c.seed);
+}
+
 namespace {
 
 absl::Status ExpectParams(const std::string& what, const std::vector<float>& params,
@@ -82,6 +94,34 @@ absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
             "Tfps>TableCreate: ftrl lr_power must be <= 0, got ", opt.lr_power));
       }
       break;
+  }
+  // TF checks none of these attrs' ranges; a bad one would train silently wrong.
+  if (opt.kind == OptimizerKind::kAdam) {
+    for (const auto& [name, beta] : {std::pair<const char*, float>{"beta1", opt.beta1},
+                                     std::pair<const char*, float>{"beta2", opt.beta2}}) {
+      if (!(beta >= 0.0f && beta < 1.0f)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Tfps>TableCreate: adam ", name, " must be in [0, 1), got ", beta));
+      }
+    }
+  }
+  if ((opt.kind == OptimizerKind::kAdagrad || opt.kind == OptimizerKind::kAdam) &&
+      !(opt.epsilon >= 0.0f && std::isfinite(opt.epsilon))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tfps>TableCreate: ", optimizer, " epsilon must be a finite number >= 0, got ", opt.epsilon));
+  }
+  if (opt.kind == OptimizerKind::kFtrl) {
+    for (const auto& [name, strength] : {std::pair<const char*, float>{"l1", opt.l1},
+                                         std::pair<const char*, float>{"l2", opt.l2}}) {
+      if (!(strength >= 0.0f && std::isfinite(strength))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Tfps>TableCreate: ftrl ", name, " must be a finite number >= 0, got ", strength));
+      }
+    }
+    if (!std::isfinite(opt.lr_power)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Tfps>TableCreate: ftrl lr_power must be finite, got ", opt.lr_power));
+    }
   }
   if ((opt.kind == OptimizerKind::kAdagrad || opt.kind == OptimizerKind::kFtrl) &&
       !(opt.initial_accumulator > 0.0f)) {

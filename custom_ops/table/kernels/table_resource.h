@@ -23,6 +23,10 @@ class TableResource : public ::tensorflow::ResourceBase {
   Table table_;
 };
 
+// Everything that decides a table's values (not its memory policy), for comparing the
+// table behind a shared name with the one an op asks for.
+std::string DescribeTableConfig(const TableConfig& config);
+
 // Parses create-op attributes into a table configuration; the error names the bad value.
 absl::Status ParseTableConfig(::tensorflow::OpKernelConstruction* ctx, TableConfig* config);
 
