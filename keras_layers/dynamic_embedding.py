@@ -4,6 +4,7 @@ the parameter servers."""
 import tensorflow as tf
 import tf_keras as keras
 
+from tfps import arguments
 from tfps import initializers as initializers_lib
 from tfps import keys as keys_lib
 from tfps import optimizer_bridge
@@ -56,8 +57,8 @@ class DynamicEmbedding(keras.layers.Layer):
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
                  key_dtype=tf.int64, seed=0, unseen="zeros", **kwargs):
         super().__init__(**kwargs)
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"DynamicEmbedding: dim must be a positive int, got {dim!r}")
+        dim = arguments.positive_int(dim, "dim", "DynamicEmbedding")
+        seed = arguments.seed(seed, "DynamicEmbedding")
         if combiner not in COMBINERS:
             raise ValueError(f"DynamicEmbedding: combiner must be one of {COMBINERS}, got {combiner!r}")
         if unseen not in UNSEEN:
@@ -148,6 +149,12 @@ class DynamicEmbedding(keras.layers.Layer):
 
     def _keys(self, ids, namespace, column=None):
         """Table keys of ids; column (int64, shape of ids) is needed for namespace='columns'."""
+        if self.key_dtype == tf.string and ids.dtype != tf.string and ids.dtype in keys_lib.ID_DTYPES:
+            # Integer IDs key differently from their strings: "7" and 7 are other rows, so a
+            # string feature fed as integers would silently train rows serving never reads.
+            raise TypeError(f"DynamicEmbedding '{self.name}' was made for string IDs (key_dtype), "
+                            f"got {ids.dtype.name} IDs; pass the strings, or make the layer with "
+                            "an integer key_dtype")
         if namespace == "columns":
             if column is None:
                 if ids.shape.rank != 2:

@@ -161,3 +161,31 @@ def test_same_shared_name_with_another_configuration_is_refused(change, message)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         ops.tfps_table_create(**{**common, **change})
     tf.raw_ops.DestroyResourceOp(resource=handle)
+
+
+def test_numpy_numbers_are_accepted_like_python_ones():
+    table = tfps.DynamicTable(np.int64(3), optimizer=tfps.optimizers.SGD(np.float32(0.5)), seed=np.uint64(9))
+    reference = tfps.DynamicTable(3, optimizer=tfps.optimizers.SGD(0.5), seed=9)
+    keys = tf.constant([1, 2], tf.int64)
+    np.testing.assert_array_equal(table.find(keys).numpy(), reference.find(keys).numpy())
+    layer = tfps.keras_layers.DynamicEmbedding(np.int32(2), seed=np.int64(4))
+    assert layer.dim == 2 and type(layer.dim) is int and layer.get_config()["seed"] == 4
+    tfps.optimizers.Adam(np.float32(0.01), beta_1=np.float64(0.8))
+
+
+def test_seeds_cover_the_64_bit_space_and_nothing_past_it():
+    keys = tf.constant([1, 2], tf.int64)
+    top = tfps.DynamicTable(2, seed=(1 << 64) - 1, initializer="uniform")  # uint64 max
+    np.testing.assert_array_equal(top.find(keys).numpy(),
+                                  tfps.DynamicTable(2, seed=-1, initializer="uniform").find(keys).numpy())
+    for bad in (1 << 64, -(1 << 63) - 1, 1.5, True):
+        with pytest.raises(ValueError, match=r"seed must be an int in \[-2\^63, 2\^64\)"):
+            tfps.DynamicTable(2, seed=bad)
+
+
+def test_a_string_layer_refuses_integer_ids():
+    layer = tfps.keras_layers.DynamicEmbedding(2, key_dtype=tf.string)
+    for ids in (tf.constant([[7]], tf.int64), tf.constant([7], tf.int32)):
+        with pytest.raises(TypeError, match=r"was made for string IDs \(key_dtype\), got int"):
+            layer(ids)
+    assert layer(tf.constant([["7"]])).shape == (1, 1, 2)

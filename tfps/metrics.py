@@ -8,11 +8,9 @@ Labels may be soft: a label y in [0, 1] counts as y positive and 1 - y negative 
 import tensorflow as tf
 import tf_keras as keras
 
+from tfps import arguments
+
 _MAX_BUCKETS = 1 << 24
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _flatten_inputs(metric_name, y_true, y_pred, sample_weight):
@@ -123,10 +121,10 @@ class AUC(keras.metrics.Metric):
     def __init__(self, num_buckets=32768, curve="ROC", name="auc", octaves=16, dtype=None,
                  **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
-        if not _is_int(octaves) or not 1 <= octaves <= 125:
+        if not arguments.is_int(octaves) or not 1 <= octaves <= 125:
             raise ValueError(f"tfps.metrics.AUC: octaves must be an int in [1, 125], got {octaves!r}")
         sides = 2 * octaves
-        per_octave, remainder = divmod(num_buckets, sides) if _is_int(num_buckets) else (0, 1)
+        per_octave, remainder = divmod(num_buckets, sides) if arguments.is_int(num_buckets) else (0, 1)
         if remainder or not 1 <= per_octave <= _MAX_BUCKETS // sides or per_octave & (per_octave - 1):
             valid = [sides << k for k in range(24) if sides << k <= _MAX_BUCKETS]
             raise ValueError(
@@ -271,7 +269,7 @@ class GroupAUC(keras.metrics.Metric):
 
     def __init__(self, num_buckets=256, name="group_auc", dtype=None, **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
-        if not _is_int(num_buckets) or num_buckets < 2:
+        if not arguments.is_int(num_buckets) or num_buckets < 2:
             raise ValueError(f"tfps.metrics.GroupAUC: num_buckets must be an int >= 2, got {num_buckets!r}")
         from tfps.sharded_table import ShardedTable  # the op library is needed only here
         from tfps import initializers, optimizers

@@ -5,6 +5,8 @@ TensorFlow's formulas: a pre-sized Keras embedding trained with the Keras optimi
 same name and hyperparameters follows the same trajectory.
 """
 
+from tfps import arguments
+
 
 class SparseOptimizer:
     """Base: a name the op understands and a flat list of hyperparameters."""
@@ -144,5 +146,5 @@ def get(identifier):
 
 
 def _check_positive(name, value, owner):
-    if not (isinstance(value, (int, float)) and value > 0):
+    if not (arguments.is_number(value) and value > 0):
         raise ValueError(f"{owner}: {name} must be a positive number, got {value!r}")

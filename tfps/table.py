@@ -6,6 +6,7 @@ import os
 
 import tensorflow as tf
 
+from tfps import arguments
 from tfps import initializers as initializers_lib
 from tfps import optimizers as optimizers_lib
 from tfps._ops import ops
@@ -42,10 +43,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
 
     def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0,
                  name="dynamic_table", huge_pages=None):
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"DynamicTable: dim must be a positive int, got {dim!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"DynamicTable: seed must be an int, got {seed!r}")
+        dim = arguments.positive_int(dim, "dim", "DynamicTable")
+        seed = arguments.seed(seed, "DynamicTable")
         self._dim = dim
         self._optimizer = optimizers_lib.get(optimizer)
         self._initializer = initializers_lib.get(

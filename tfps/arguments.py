@@ -1,0 +1,31 @@
+"""Checks of user arguments shared by tables, layers, optimizers and metrics: Python and
+NumPy numbers are accepted alike (np.float32(0.1), np.int64(16)); booleans are not numbers
+here."""
+
+import numbers
+
+_U64 = 1 << 64
+
+
+def is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def positive_int(value, name, owner):
+    """`value` as a Python int >= 1, or ValueError naming it."""
+    if not is_int(value) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def seed(value, owner):
+    """A seed of the 64-bit space, as the int64 that stands for it: seeds in [2^63, 2^64)
+    (a uint64 seed) wrap to negative ints, as the table reads its seed as uint64."""
+    if not is_int(value) or not -(1 << 63) <= value < _U64:
+        raise ValueError(f"{owner}: seed must be an int in [-2^63, 2^64), got {value!r}")
+    value = int(value)
+    return value - _U64 if value >= (1 << 63) else value
