@@ -189,3 +189,18 @@ def test_a_string_layer_refuses_integer_ids():
         with pytest.raises(TypeError, match=r"was made for string IDs \(key_dtype\), got int"):
             layer(ids)
     assert layer(tf.constant([["7"]])).shape == (1, 1, 2)
+
+
+@pytest.mark.parametrize("num_shards", [1, 3])
+def test_a_sharded_table_takes_the_key_types_and_shapes_one_table_takes(num_shards):
+    sharded = tfps.sharded_table.ShardedTable(2, devices=["/cpu:0"] * num_shards, initializer="uniform")
+    single = tfps.DynamicTable(2, initializer="uniform")
+    wide = np.array([[1, 2, 3], [4, (1 << 63) - 1, 0]], np.int64)
+    for keys in (wide, wide.astype(np.int32) % 1000, wide.view(np.uint64)):
+        np.testing.assert_array_equal(sharded.find(tf.constant(keys)).numpy(), single.find(tf.constant(keys)).numpy())
+        rows, exists = sharded.find(tf.constant(keys), return_exists=True)
+        assert rows.shape == keys.shape + (2,) and exists.shape == keys.shape
+    rows = sharded.find_or_insert(tf.constant(wide.view(np.uint64)))
+    assert rows.shape == (2, 3, 2) and sum(sharded.shard_sizes()) == 6
+    with pytest.raises(TypeError, match="keys must be integers"):
+        sharded.find(tf.constant([1.5]))

@@ -62,6 +62,7 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
 
     def _partition(self, keys, *tensors):
         """Per shard: (positions in keys, keys, *tensors) of the keys routed to it."""
+        keys = as_int64_keys(keys)
         if self.num_shards == 1:
             return [(None, keys) + tensors]
         shard = keys_lib.shard_of(keys, self.num_shards)
@@ -84,17 +85,23 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         return pieces[0] if positions[0] is None else tf.dynamic_stitch(positions, pieces)
 
     def find_or_insert(self, keys):
-        """Rows of unique int64 keys [n], inserting new ones: float32 [n, dim]."""
-        rows, positions = self._per_shard(lambda t, k: t.find_or_insert(k), keys)
-        return self._gather_back(positions, rows)
+        """Rows of integer keys of any shape S, inserting new ones: float32 S + [dim]."""
+        flat, shape = _flattened(keys)
+        rows, positions = self._per_shard(lambda t, k: t.find_or_insert(k), flat)
+        return self._shaped(self._gather_back(positions, rows), shape)
 
     def find(self, keys, return_exists=False):
-        """Rows of int64 keys [n] without inserting, and optionally the exists mask."""
-        found, positions = self._per_shard(lambda t, k: t.find(k, return_exists=True), keys)
-        values = self._gather_back(positions, [rows for rows, _ in found])
+        """Rows of integer keys of any shape S without inserting (float32 S + [dim]), and
+        optionally the exists mask (bool S)."""
+        flat, shape = _flattened(keys)
+        found, positions = self._per_shard(lambda t, k: t.find(k, return_exists=True), flat)
+        values = self._shaped(self._gather_back(positions, [rows for rows, _ in found]), shape)
         if not return_exists:
             return values
-        return values, self._gather_back(positions, [exists for _, exists in found])
+        return values, tf.reshape(self._gather_back(positions, [exists for _, exists in found]), shape)
+
+    def _shaped(self, rows, shape):
+        return tf.reshape(rows, tf.concat([shape, [self._dim]], 0))
 
     def apply_gradients(self, keys, gradients, step=0):
         """Applies each shard's optimizer to its unique keys [n] with gradients [n, dim]."""
@@ -132,3 +139,22 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         return tf.group(self._per_shard(
             lambda t, keys, values, slots, metadata: t.import_rows(TableRows(keys, values, slots, metadata)),
             rows.keys, rows.values, rows.slots, rows.metadata)[0])
+
+
+def as_int64_keys(keys):
+    """Keys as int64 for routing and the shards' ops: narrower ints widen, uint64 keeps its
+    bits (the table reads both as the same 64-bit key)."""
+    keys = tf.convert_to_tensor(keys) if not isinstance(keys, tf.Tensor) else keys
+    if keys.dtype == tf.uint64:
+        return tf.bitcast(keys, tf.int64)
+    if keys.dtype == tf.int64:
+        return keys
+    if keys.dtype.is_integer:
+        return tf.cast(keys, tf.int64)
+    raise TypeError(f"ShardedTable: keys must be integers (int64, uint64 or narrower), got {keys.dtype.name}")
+
+
+def _flattened(keys):
+    """(int64 keys [n], the shape they came in)."""
+    keys = as_int64_keys(keys)
+    return tf.reshape(keys, [-1]), tf.shape(keys)
