@@ -50,15 +50,18 @@ class DynamicEmbedding(keras.layers.Layer):
       initializer: tfps.initializers instance or name (default uniform(-0.05, 0.05)).
       optimizer: tfps.optimizers instance or name, applied on the parameter servers.
       key_dtype: dtype of integer IDs the layer expects (int32, int64 or uint64) or string.
-      seed: seed of the initial values.
+      seed: seed of the initial values; default: one derived from the layer's name, so
+        the tables of two layers start independent (an ID's rows are unrelated) and a
+        model rebuilt with the same layer names starts from the same rows.
       unseen: "zeros" or "initial": what inference returns for an ID never trained.
     """
 
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
-                 key_dtype=tf.int64, seed=0, unseen="zeros", **kwargs):
+                 key_dtype=tf.int64, seed=None, unseen="zeros", **kwargs):
         super().__init__(**kwargs)
         dim = arguments.positive_int(dim, "dim", "DynamicEmbedding")
-        seed = arguments.seed(seed, "DynamicEmbedding")
+        seed = arguments.seed(seed if seed is not None else arguments.seed_of_name(self.name),
+                              "DynamicEmbedding")
         if combiner not in COMBINERS:
             raise ValueError(f"DynamicEmbedding: combiner must be one of {COMBINERS}, got {combiner!r}")
         if unseen not in UNSEEN:

@@ -202,3 +202,15 @@ def sorted_rows(table):
     rows = table.export()
     order = np.argsort(rows.keys.numpy())
     return [t.numpy()[order] for t in rows]
+
+
+def test_default_seeds_make_two_layers_start_independent_and_a_rebuilt_layer_start_the_same():
+    def initial_rows(**kwargs):
+        layer = DynamicEmbedding(8, initializer=tfps.initializers.RandomUniform(-1.0, 1.0), unseen="initial",
+                                 **kwargs)
+        return layer(tf.constant([3, 4], tf.int64), training=False).numpy()
+
+    user, item = initial_rows(name="user"), initial_rows(name="item")
+    assert not np.allclose(user, item)
+    np.testing.assert_array_equal(initial_rows(name="user"), user)  # same name, same rows
+    np.testing.assert_array_equal(initial_rows(name="a", seed=5), initial_rows(name="b", seed=5))

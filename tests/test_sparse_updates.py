@@ -33,14 +33,14 @@ def data():
     return ids, labels
 
 
-def numpy_oracle(optimizer_name, ids, labels, kernel, bias):
+def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed):
     """Rows, slots and per-row step counts after STEPS of: prediction = (sum of the row of
     each field's ID) . kernel + bias, loss = mean squared error, the table optimizer on rows
     and SGD on kernel and bias. Float64."""
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
     row_optimizer = RowOptimizer(optimizer_name, DIM, hp.pop("lr"), **hp)
-    rows = {int(k): initial_row(int(k), DIM, 0, "uniform", -0.05, 0.05).astype(np.float64)
+    rows = {int(k): initial_row(int(k), DIM, seed, "uniform", -0.05, 0.05).astype(np.float64)
             for k in VOCAB}
     slots = {k: row_optimizer.initial_slots() for k in rows}
     steps = {k: 0 for k in rows}
@@ -109,13 +109,13 @@ def train(mode, model, optimizer, ids, labels):
 
 
 def check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0):
-    rows, slots, steps, kernel = numpy_oracle(optimizer_name, ids, labels, kernel0, 0.0)
+    rows, slots, steps, kernel = numpy_oracle(optimizer_name, ids, labels, kernel0, 0.0, layer.seed)
     exported = layer.table.export()
     order = np.argsort(exported.keys.numpy())
     keys = exported.keys.numpy()[order]
     np.testing.assert_array_equal(keys, np.sort(VOCAB))
     expected_rows = np.stack([rows[int(k)] for k in keys])
-    initial = np.stack([initial_row(int(k), DIM, 0, "uniform", -0.05, 0.05) for k in keys])
+    initial = np.stack([initial_row(int(k), DIM, layer.seed, "uniform", -0.05, 0.05) for k in keys])
     assert np.abs(expected_rows - initial).min() > 1e-4  # every row really trains
     np.testing.assert_allclose(exported.values.numpy()[order], expected_rows, rtol=2e-4, atol=2e-6)
     np.testing.assert_allclose(exported.slots.numpy()[order], np.stack([slots[int(k)] for k in keys]),

@@ -2,6 +2,7 @@
 NumPy numbers are accepted alike (np.float32(0.1), np.int64(16)); booleans are not numbers
 here."""
 
+import hashlib
 import numbers
 
 _U64 = 1 << 64
@@ -29,3 +30,8 @@ def seed(value, owner):
         raise ValueError(f"{owner}: seed must be an int in [-2^63, 2^64), got {value!r}")
     value = int(value)
     return value - _U64 if value >= (1 << 63) else value
+
+
+def seed_of_name(name):
+    """A seed that depends on `name` only (stable across processes and runs)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little", signed=True)
