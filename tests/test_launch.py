@@ -110,3 +110,41 @@ def test_sigterm_stops_every_task(tmp_path):
     assert proc.returncode == 130
     wait_until_all_exit(pids.pids, 30)
     pids.close()
+
+
+SPAWNING = os.path.join(ROOT, "tests", "cluster_programs", "spawning_program.py")
+
+
+def recorded_pids(directory):
+    path = directory / "pids"
+    lines = path.read_text().split("\n") if path.exists() else []
+    return {name: int(pid) for name, pid in (line.split() for line in lines if line)}
+
+
+def launch_spawning(tmp_path, *args):
+    return subprocess.Popen([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "2",
+                             "--log_dir", str(tmp_path / "logs"), SPAWNING, str(tmp_path), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_the_launcher_leaves_no_process_behind_and_passes_on_the_chiefs_last_line(tmp_path):
+    proc = launch_spawning(tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert out.rstrip().endswith("line 299")
+    pids = recorded_pids(tmp_path)
+    assert len(pids) == 8  # 4 tasks and their children, the chief's child outliving the chief
+    wait_until_all_exit(pids, 15)
+
+
+def test_tasks_die_with_a_launcher_killed_by_sigkill(tmp_path):
+    proc = launch_spawning(tmp_path, "--hold")
+    deadline = time.monotonic() + 60
+    while len(recorded_pids(tmp_path)) < 8:
+        assert time.monotonic() < deadline, "the tasks did not start"
+        time.sleep(0.1)
+    proc.kill()
+    proc.communicate(timeout=30)
+    tasks = {name: pid for name, pid in recorded_pids(tmp_path).items() if not name.endswith("_child")}
+    wait_until_all_exit(tasks, 15)

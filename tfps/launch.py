@@ -13,6 +13,7 @@ program resumes from its latest backup. Every restart is logged.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from tfps.distribute import free_ports
 
@@ -50,11 +52,15 @@ class Task:
     def start(self):
         log = open(self.log_path, "ab")
         stdout = subprocess.PIPE if self.stream_to is not None else log
-        # A session of its own, so stopping the task stops everything it started.
+        # A session of its own, so stopping the task stops everything it started; and the
+        # task dies with the launcher, even a launcher killed by SIGKILL or the OOM killer.
         self.process = subprocess.Popen(self.command, env=self.env, stdout=stdout,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=_die_with_parent)
+        self.tee = None
         if self.stream_to is not None:
-            threading.Thread(target=self._tee, args=(log,), daemon=True).start()
+            self.tee = threading.Thread(target=self._tee, args=(log,), daemon=True)
+            self.tee.start()
         else:
             log.close()
 
@@ -70,20 +76,47 @@ class Task:
         return self.process.poll() if self.process else None
 
     def stop(self):
-        if self.process is None or self.process.poll() is not None:
+        """Stops every process of the task's session, also when the task itself has
+        exited and left children behind, and passes on the rest of its output."""
+        if self.process is None:
             return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.process.wait(timeout=STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait()
+        group = self.process.pid
+        if _signal_group(group, signal.SIGTERM):
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while _signal_group(group, 0) and time.monotonic() < deadline:
+                if self.process.poll() is None:
+                    try:
+                        self.process.wait(timeout=0.1)
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    time.sleep(0.1)
+            _signal_group(group, signal.SIGKILL)
+        self.process.wait()
+        if self.tee is not None:
+            self.tee.join(timeout=STOP_GRACE_SECONDS)
+
+
+def _signal_group(group, sig):
+    """Sends sig to a process group; False if no process of it is left."""
+    try:
+        os.killpg(group, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # only zombies are left, which the kernel reports this way
+        return False
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """In the child before exec: ask the kernel for SIGKILL when the launcher dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the launcher died before prctl took effect
+        os._exit(1)
 
 
 def program_command(script, args):
