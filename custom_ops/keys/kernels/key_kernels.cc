@@ -42,6 +42,10 @@ class ShardOfOp : public OpKernel {
  public:
   explicit ShardOfOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &num_shards_));
+    // ShardOf takes a 32-bit count; a larger one would wrap to another routing silently.
+    OP_REQUIRES(ctx, num_shards_ >= 1 && num_shards_ <= (int64_t{1} << 31),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>ShardOf: num_shards must be in [1, 2^31], got ", num_shards_)));
   }
 
   void Compute(OpKernelContext* ctx) override {

@@ -217,6 +217,8 @@ class TableRestoreOp : public OpKernel {
     std::vector<std::string> paths;
     std::vector<int64_t> expected_rows;
     OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>TableRestore", 1, &paths, &expected_rows));
+    OP_REQUIRES(ctx, !paths.empty(),
+                absl::InvalidArgumentError("Tfps>TableRestore: no files to restore from"));
     uint32_t shard = 0, num_shards = 1;
     OP_REQUIRES_OK(ctx, ShardInputs(ctx, "Tfps>TableRestore", 3, &shard, &num_shards));
     Table& table = resource->table();
