@@ -11,14 +11,15 @@ import build_config
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("sanitizer", [None, "thread"])
-def test_core_cpp_tests_pass(tmp_path, sanitizer):
+@pytest.mark.parametrize("build", ["debug", "thread", "production"])
+def test_core_cpp_tests_pass(tmp_path, build):
+    """debug: -O2 -g; thread: ThreadSanitizer; production: the op library's own flags."""
     cxx = os.environ.get("CXX", "g++")
     assert shutil.which(cxx), f"{cxx} is needed to build the C++ core tests"
     binary = str(tmp_path / "table_test")
-    flags = ["-std=c++17", "-O1" if sanitizer else "-O2", "-g", "-pthread"]
-    if sanitizer:
-        flags.append(f"-fsanitize={sanitizer}")
+    flags = {"debug": ["-std=c++17", "-O2", "-g", "-pthread"],
+             "thread": ["-std=c++17", "-O1", "-g", "-pthread", "-fsanitize=thread"],
+             "production": list(build_config.CXXFLAGS)}[build]
     sources = [os.path.join(ROOT, s) for s in build_config.CORE_TEST_SOURCES + build_config.CORE_SOURCES]
     subprocess.run([cxx, *flags, "-I", ROOT, *sources, "-o", binary], check=True, timeout=600)
     result = subprocess.run([binary], capture_output=True, text=True, timeout=600)
