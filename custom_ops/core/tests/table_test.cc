@@ -2,11 +2,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
@@ -327,6 +329,143 @@ void TestConcurrentStressMatchesReplay() {
   CHECK_TRUE(total_count_shared == total_count_replay);
 }
 
+// Rows exported from a table, by key.
+std::map<int64_t, std::vector<float>> ExportedValues(const Table& t, int64_t* rows) {
+  std::map<int64_t, std::vector<float>> out;
+  ExportChunk chunk;
+  *rows = 0;
+  for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
+    t.ExportInto(cursor, 1000, &chunk);
+    for (size_t i = 0; i < chunk.keys.size(); ++i) {
+      out[chunk.keys[i]].assign(chunk.values.begin() + i * t.dim(), chunk.values.begin() + (i + 1) * t.dim());
+    }
+    *rows += static_cast<int64_t>(chunk.keys.size());
+  }
+  return out;
+}
+
+// Every operation at once, for each optimizer: two threads apply gradients to training keys
+// that nothing else writes, one churns other keys (insert, import, remove), one reads
+// (find, find_or_insert, export, saves of all rows and of changes). After the threads join,
+// what applies leave regardless of their order must equal a serial replay: SGD values,
+// Adagrad and FTRL accumulators (sums of g^2), per-row counts and Adam steps.
+void TestEveryOperationAtOnceMatchesASerialReplay() {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam,
+                             OptimizerKind::kFtrl}) {
+    const int dim = 4, kRounds = 60, kBatch = 256, kTrainKeys = 1500;
+    TableConfig config = Config(dim, kind, InitializerKind::kUniform, 3);
+    Table shared(config), replay(config);
+    auto train_batch = [&](int thread, int round, std::vector<uint64_t>* keys, std::vector<float>* grads) {
+      std::mt19937_64 rng(thread * 7919 + round);
+      keys->resize(kBatch);
+      grads->resize(kBatch * dim);
+      for (auto& k : *keys) k = rng() % kTrainKeys;
+      for (auto& g : *grads) g = static_cast<float>(static_cast<int>(rng() % 9) - 4) / 8.0f;
+    };
+    std::atomic<bool> training{true};
+    std::vector<std::thread> threads;
+    for (int th = 0; th < 2; ++th) {
+      threads.emplace_back([&, th] {
+        std::vector<uint64_t> keys;
+        std::vector<float> grads;
+        for (int r = 0; r < kRounds; ++r) {
+          train_batch(th, r, &keys, &grads);
+          shared.ApplyGradients(keys.data(), kBatch, grads.data(), -1, ThreadedParallelFor(2));
+        }
+      });
+    }
+    threads.emplace_back([&] {  // churn keys the appliers never touch
+      std::mt19937_64 rng(5);
+      std::vector<uint64_t> keys(64);
+      std::vector<float> values(64 * dim, 0.25f), slots(64 * dim * shared.num_slots(), 0.5f);
+      std::vector<int64_t> metadata(64 * kNumMetadata, 1);
+      for (int r = 0; training.load(); ++r) {
+        for (auto& k : keys) k = (uint64_t{1} << 40) + rng() % 2000;
+        if (r % 3 == 0) shared.Insert(keys.data(), 64, values.data(), kSerial);
+        if (r % 3 == 1) shared.Import(keys.data(), 64, values.data(), slots.data(), metadata.data(), kSerial);
+        if (r % 3 == 2) shared.Remove(keys.data(), 64, kSerial);
+      }
+    });
+    threads.emplace_back([&] {  // read and save while everything else runs
+      std::vector<uint64_t> keys(128);
+      std::vector<float> out(128 * dim);
+      ExportChunk chunk;
+      for (int r = 0; training.load(); ++r) {
+        for (size_t i = 0; i < keys.size(); ++i) keys[i] = (i * 13 + r) % (kTrainKeys + 50);
+        shared.Find(keys.data(), 128, out.data(), nullptr, kSerial);
+        shared.FindOrInsert(keys.data(), 128, out.data(), kSerial);
+        for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
+          if (r % 2 == 0) shared.ExportInto(cursor, 500, &chunk);
+          else shared.SaveChunk(cursor, 500, r % 4 == 1, &chunk);
+        }
+      }
+    });
+    threads[0].join();
+    threads[1].join();
+    training.store(false);
+    for (size_t t = 2; t < threads.size(); ++t) threads[t].join();
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+    for (int th = 0; th < 2; ++th) {
+      for (int r = 0; r < kRounds; ++r) {
+        train_batch(th, r, &keys, &grads);
+        replay.ApplyGradients(keys.data(), kBatch, grads.data(), -1, kSerial);
+      }
+    }
+    int64_t mismatched = 0;
+    for (uint64_t key = 0; key < kTrainKeys; ++key) {
+      std::vector<float> v1, s1, v2, s2;
+      int64_t m1[kNumMetadata], m2[kNumMetadata];
+      const bool a = shared.DebugRow(key, &v1, &s1, m1), b = replay.DebugRow(key, &v2, &s2, m2);
+      if (!b) continue;  // a key only the reader inserted
+      bool same = a && m1[kCount] == m2[kCount] && m1[kOptimizerStep] == m2[kOptimizerStep];
+      for (int j = 0; same && j < dim; ++j) {
+        if (kind == OptimizerKind::kSgd) same = std::fabs(v1[j] - v2[j]) <= 1e-4f;
+        if (kind == OptimizerKind::kAdagrad || kind == OptimizerKind::kFtrl) {
+          same = std::fabs(s1[j] - s2[j]) <= 1e-4f * std::fabs(s2[j]);
+        }
+        same = same && std::isfinite(v1[j]);
+      }
+      mismatched += same ? 0 : 1;
+    }
+    CHECK_TRUE(mismatched == 0);
+    int64_t exported_rows = 0;
+    ExportedValues(shared, &exported_rows);
+    CHECK_TRUE(exported_rows == shared.Size());
+  }
+}
+
+void TestClearDuringEveryOtherOperationLeavesAConsistentTable() {
+  Table t(Config(4, OptimizerKind::kAdagrad, InitializerKind::kZeros, 3));
+  std::atomic<bool> running{true};
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    for (int r = 0; r < 40; ++r) {
+      t.Clear();
+      std::this_thread::yield();
+    }
+    running.store(false);
+  });
+  for (int th = 0; th < 3; ++th) {
+    threads.emplace_back([&, th] {
+      std::vector<uint64_t> keys(200);
+      std::vector<float> grads(200 * 4, 0.1f), out(200 * 4);
+      ExportChunk chunk;
+      for (int r = 0; running.load(); ++r) {
+        for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 31 + th * 100000 + r % 7;
+        t.ApplyGradients(keys.data(), keys.size(), grads.data(), -1, kSerial);
+        t.FindOrInsert(keys.data(), keys.size(), out.data(), kSerial);
+        t.Remove(keys.data(), 50, kSerial);
+        for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) t.SaveChunk(cursor, 64, th == 1, &chunk);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  int64_t exported_rows = 0;
+  ExportedValues(t, &exported_rows);
+  CHECK_TRUE(exported_rows == t.Size());
+}
+
 void TestBlockCacheReusesBackedBlocksWithinItsLimit() {
   constexpr size_t kMiB = size_t{1} << 20;
   BlockCache cache(16 * kMiB);
@@ -625,6 +764,8 @@ int main() {
   tfps::TestStripesGrowThroughStaggeredSizes();
   tfps::TestExportImportRoundTrip();
   tfps::TestConcurrentStressMatchesReplay();
+  tfps::TestEveryOperationAtOnceMatchesASerialReplay();
+  tfps::TestClearDuringEveryOtherOperationLeavesAConsistentTable();
   std::printf("table_test: %d checks, %d failed\n", tfps::checks, tfps::failures);
   return tfps::failures == 0 ? 0 : 1;
 }
