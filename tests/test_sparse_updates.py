@@ -62,7 +62,9 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed):
 
 def build_model(optimizer_name):
     ids = keras.Input((FIELDS,), dtype=tf.int64)
-    layer = tfps.keras_layers.DynamicEmbedding(DIM, combiner="sum",
+    # A fixed seed: the default derives from the layer's name, which depends on how many
+    # layers the process made before.
+    layer = tfps.keras_layers.DynamicEmbedding(DIM, combiner="sum", seed=11,
                                                optimizer=TABLE_OPTIMIZERS[optimizer_name][0]())
     head = keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant([0.5, -0.3, 0.8]),
                               bias_initializer="zeros")
@@ -116,7 +118,7 @@ def check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0):
     np.testing.assert_array_equal(keys, np.sort(VOCAB))
     expected_rows = np.stack([rows[int(k)] for k in keys])
     initial = np.stack([initial_row(int(k), DIM, layer.seed, "uniform", -0.05, 0.05) for k in keys])
-    assert np.abs(expected_rows - initial).min() > 1e-4  # every row really trains
+    assert np.abs(expected_rows - initial).max(axis=1).min() > 1e-3  # every row really trains
     np.testing.assert_allclose(exported.values.numpy()[order], expected_rows, rtol=2e-4, atol=2e-6)
     np.testing.assert_allclose(exported.slots.numpy()[order], np.stack([slots[int(k)] for k in keys]),
                                rtol=2e-4, atol=2e-6)
