@@ -17,16 +17,20 @@ def test_two_workers_two_ps_learn_an_id_only_task_with_keys_on_both_shards():
     assert out["history"]["loss"][-1] < out["history"]["loss"][0]
 
 
-def test_no_update_of_either_worker_is_lost():
+def test_no_update_of_either_worker_is_lost_even_on_rows_both_update():
     out = run_cluster_program("pss_no_lost_updates.py")
     keys = np.array(out["keys"], np.int64)
     counts = np.array(out["counts"])
     values = np.array(out["values"], np.float32)
+    # Every step of either worker updated each hot row once.
+    hot = keys < 0
+    np.testing.assert_array_equal(np.sort(keys[hot]), -np.arange(out["hot"], 0, -1))
+    np.testing.assert_array_equal(counts[hot], out["steps"])
     # Each worker walked its own range tag * 2^20 + j: both ranges are there, complete.
-    tags = keys >> 20
+    tags = keys[~hot] >> 20
     assert len(np.unique(tags)) == 2
     for tag in np.unique(tags):
-        offsets = np.sort(keys[tags == tag] - (tag << 20))
+        offsets = np.sort(keys[~hot][tags == tag] - (tag << 20))
         np.testing.assert_array_equal(offsets, np.arange(len(offsets)))
     assert counts.min() >= 1
     assert counts.sum() == out["steps"] * out["batch"]

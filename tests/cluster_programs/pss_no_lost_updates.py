@@ -1,9 +1,11 @@
-"""Run by tests/test_dynamic_embedding_pss.py: each of 2 workers feeds its own disjoint
-IDs; prints every key of the table with its value and update count, as JSON.
+"""Run by tests/test_dynamic_embedding_pss.py: 2 workers feed their own disjoint IDs and,
+in every batch, the same hot IDs (-1 .. -HOT), so their updates contend for the same rows;
+prints every key of the table with its value and update count, as JSON.
 
 Each worker's dataset starts from an unseeded random tag (different per worker) and walks
-IDs tag * 2^20 + j. The loss is the mean of the summed embedding, so every update of a row
-subtracts exactly learning_rate / BATCH from each element."""
+IDs tag * 2^20 + j, OWN_PER_BATCH a batch, followed by the hot IDs. The loss is the mean of
+the summed embedding, so every update of a row subtracts exactly learning_rate / BATCH from
+each element, whichever worker's step it was."""
 
 import json
 import os
@@ -16,13 +18,16 @@ import tf_keras as keras  # noqa: E402
 
 import tfps  # noqa: E402
 
-IDS_PER_WORKER, BATCH, LEARNING_RATE, SEED, DIM = 400, 40, 0.5, 11, 4
+IDS_PER_WORKER, OWN_PER_BATCH, HOT, LEARNING_RATE, SEED, DIM = 400, 40, 10, 0.5, 11, 4
+BATCH = OWN_PER_BATCH + HOT
 
 
 def dataset_fn(_):
     tag = tf.data.Dataset.random().take(1).map(lambda r: tf.math.floormod(r, 1 << 40) + 1)
     ids = tag.flat_map(lambda t: tf.data.Dataset.range(IDS_PER_WORKER).map(lambda j: t * (1 << 20) + j))
-    return ids.map(lambda i: (i, 0.0)).batch(BATCH).repeat()
+    hot = -tf.range(1, HOT + 1, dtype=tf.int64)
+    batches = ids.batch(OWN_PER_BATCH).map(lambda own: tf.concat([own, hot], 0))
+    return batches.map(lambda b: (b, tf.zeros_like(b, tf.float32))).repeat()
 
 
 def main():
@@ -41,7 +46,7 @@ def main():
         out = {"keys": rows.keys.numpy().tolist(), "values": rows.values.numpy().tolist(),
                "counts": rows.metadata.numpy()[:, 0].tolist(), "shard_sizes": embedding.table.shard_sizes(),
                "batch": BATCH, "learning_rate": LEARNING_RATE, "seed": SEED, "dim": DIM,
-               "ids_per_worker": IDS_PER_WORKER, "steps": 24}
+               "ids_per_worker": IDS_PER_WORKER, "hot": HOT, "steps": 24}
     json.dump(out, sys.stdout)
     sys.stdout.flush()
     os._exit(0)
