@@ -90,8 +90,11 @@ def test_optimizer_math_over_steps_with_repeated_keys(run, name, optimizer, hp):
     universe = np.concatenate([EDGE_KEYS[:4], random_keys(6, seed=1)])
     apply = lambda k, g, s: table.apply_gradients(k, g, step=s)  # noqa: E731
     for step in range(1, 7):
-        keys = rng.choice(universe, size=5, replace=False)  # keys recur across steps
-        grads = rng.normal(size=(5, dim)).astype(np.float32)
+        # Keys recur across steps and within a call: a repeated key is updated once per
+        # occurrence, in input order.
+        keys = rng.choice(universe, size=5, replace=False)
+        keys = np.concatenate([keys, keys[:2]])
+        grads = rng.normal(size=(len(keys), dim)).astype(np.float32)
         run(apply, tf.constant(keys), tf.constant(grads), tf.constant(step, tf.int64))
         for k, g in zip(keys, grads):
             k = int(k)
