@@ -8,37 +8,16 @@ import subprocess
 import sys
 import time
 
+from tests.event_pipe import EventPipe
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAM = os.path.join(ROOT, "tests", "cluster_programs", "tf_config_program.py")
 TASKS = {"chief_0", "worker_0", "worker_1", "ps_0"}
 
 
-class TaskPids:
-    """Reads the "<task> <pid>" lines every task writes to a FIFO when it starts."""
-
-    def __init__(self, path):
-        os.mkfifo(path)
-        self._read_end = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        # Held open so the FIFO never reports end-of-file between one task's write and the next.
-        self._write_end = os.open(path, os.O_WRONLY)
-        self._pending = b""
-        self.pids = {}
-
-    def wait_for(self, condition, seconds, what):
-        deadline = time.monotonic() + seconds
-        while not condition(self.pids):
-            left = deadline - time.monotonic()
-            assert left > 0, f"timed out waiting for {what}; started so far: {self.pids}"
-            if select.select([self._read_end], [], [], left)[0]:
-                self._pending += os.read(self._read_end, 4096)
-                *lines, self._pending = self._pending.split(b"\n")
-                for line in lines:
-                    name, pid = line.decode().split()
-                    self.pids[name] = int(pid)
-
-    def close(self):
-        os.close(self._read_end)
-        os.close(self._write_end)
+def TaskPids(path):  # noqa: N802  (reads like the class it stands for)
+    """The "<task> <pid>" lines every task writes to a FIFO when it starts."""
+    return EventPipe(path, value=int)
 
 
 def launch(tmp_path, *program_args):
@@ -75,7 +54,7 @@ def test_runs_a_tf_config_program_to_completion_and_propagates_its_exit_code(tmp
         assert (logs / f"{name}.log").exists()
     assert "chief done" in (logs / "chief_0.log").read_text()
     pids.wait_for(lambda started: set(started) == TASKS, 10, "every task's pid")
-    wait_until_all_exit(pids.pids, 30)
+    wait_until_all_exit(pids.values, 30)
     pids.close()
 
 
@@ -85,12 +64,12 @@ def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
     # cluster then, and a worker killed before it connects fails the connection itself.
     pids.wait_for(lambda started: set(started) >= TASKS | {"chief_0:holding"}, 300,
                   "the chief to hold at step 30")
-    killed = pids.pids["worker_0"]
+    killed = pids.values["worker_0"]
     os.kill(killed, signal.SIGKILL)
     # Released only once the launcher has started a new worker_0: a chief let go at once can
     # finish its steps on worker_1 before the launcher's next look at its tasks.
     pids.wait_for(lambda started: started["worker_0"] != killed, 120, "worker_0 to restart")
-    os.kill(pids.pids["chief_0"], signal.SIGUSR1)  # the chief goes on with steps 30..59
+    os.kill(pids.values["chief_0"], signal.SIGUSR1)  # the chief goes on with steps 30..59
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     # The coordinator re-runs a closure whose worker died; if the kill landed after the
@@ -108,43 +87,37 @@ def test_sigterm_stops_every_task(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
     assert proc.returncode == 130
-    wait_until_all_exit(pids.pids, 30)
+    wait_until_all_exit(pids.values, 30)
     pids.close()
 
 
 SPAWNING = os.path.join(ROOT, "tests", "cluster_programs", "spawning_program.py")
 
 
-def recorded_pids(directory):
-    path = directory / "pids"
-    lines = path.read_text().split("\n") if path.exists() else []
-    return {name: int(pid) for name, pid in (line.split() for line in lines if line)}
-
-
 def launch_spawning(tmp_path, *args):
-    return subprocess.Popen([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "2",
-                             "--log_dir", str(tmp_path / "logs"), SPAWNING, str(tmp_path), *args],
+    pids = TaskPids(str(tmp_path / "pids.fifo"))
+    proc = subprocess.Popen([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "2",
+                             "--log_dir", str(tmp_path / "logs"), SPAWNING, pids.path, *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=ROOT))
+    return proc, pids
 
 
 def test_the_launcher_leaves_no_process_behind_and_passes_on_the_chiefs_last_line(tmp_path):
-    proc = launch_spawning(tmp_path)
+    proc, pids = launch_spawning(tmp_path)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     assert out.rstrip().endswith("line 299")
-    pids = recorded_pids(tmp_path)
-    assert len(pids) == 8  # 4 tasks and their children, the chief's child outliving the chief
-    wait_until_all_exit(pids, 15)
+    # 4 tasks and their children, the chief's child outliving the chief
+    pids.wait_for(lambda started: len(started) == 8, 10, "every task's and child's pid")
+    wait_until_all_exit(pids.values, 15)
+    pids.close()
 
 
 def test_tasks_die_with_a_launcher_killed_by_sigkill(tmp_path):
-    proc = launch_spawning(tmp_path, "--hold")
-    deadline = time.monotonic() + 60
-    while len(recorded_pids(tmp_path)) < 8:
-        assert time.monotonic() < deadline, "the tasks did not start"
-        time.sleep(0.1)
+    proc, pids = launch_spawning(tmp_path, "--hold")
+    pids.wait_for(lambda started: len(started) == 8, 60, "the tasks to start", proc)
     proc.kill()
     proc.communicate(timeout=30)
-    tasks = {name: pid for name, pid in recorded_pids(tmp_path).items() if not name.endswith("_child")}
-    wait_until_all_exit(tasks, 15)
+    wait_until_all_exit({name: pid for name, pid in pids.values.items() if not name.endswith("_child")}, 15)
+    pids.close()

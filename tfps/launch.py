@@ -16,6 +16,7 @@ import argparse
 import ctypes
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -81,16 +82,7 @@ class Task:
         if self.process is None:
             return
         group = self.process.pid
-        if _signal_group(group, signal.SIGTERM):
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while _signal_group(group, 0) and time.monotonic() < deadline:
-                if self.process.poll() is None:
-                    try:
-                        self.process.wait(timeout=0.1)
-                    except subprocess.TimeoutExpired:
-                        pass
-                else:
-                    time.sleep(0.1)
+        if _signal_group(group, signal.SIGTERM) and not _wait_for_group(group, STOP_GRACE_SECONDS):
             _signal_group(group, signal.SIGKILL)
         self.process.wait()
         if self.tee is not None:
@@ -106,6 +98,44 @@ def _signal_group(group, sig):
         return False
     except PermissionError:  # only zombies are left, which the kernel reports this way
         return False
+
+
+def _group_members(group):
+    """Pids of the live (not zombie) processes of a process group."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after the command name
+        except OSError:
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[2]) == group:
+            members.append(int(entry))
+    return members
+
+
+def _wait_for_group(group, seconds):
+    """Waits until no live process of the group is left, or `seconds` pass; True if none is."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        fds = []
+        for pid in _group_members(group):
+            try:
+                fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                pass
+        try:
+            if not fds:
+                return True
+            if left <= 0:
+                return False
+            select.select(fds, [], [], left)  # wakes when any of them exits
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 _PR_SET_PDEATHSIG = 1

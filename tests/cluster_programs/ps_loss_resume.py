@@ -1,16 +1,19 @@
 """Run under tfps-launch by tests/test_launch_recovery.py: trains with IncrementalBackup
-while the test SIGKILLs a parameter server. Every task writes its pid to DIR/<task>.pid.
-After each backup the chief writes the rows it saved to DIR/backup-<run>-<n>.npz (with the
-epoch and batch); after a cluster restart it writes the rows it restored to
-DIR/restored-<run>.npz; each run logs the last step it finished to DIR/progress-<run>.json,
-and a run that completes fit writes DIR/done-<run>.json.
+while the test SIGKILLs a parameter server. Every task writes "<task> <pid>" to the FIFO
+DIR/events. After each backup the chief writes the rows it saved to
+DIR/backup-<run>-<n>.npz (with the epoch and batch) and then "backup_<run> <n>" to the
+FIFO; after each step block it writes "step_<run> <global step>". In the first run, after
+the first step block past its second backup, it writes "holding_0 <step>" and waits (5
+minutes at most) until the test writes a line to the FIFO DIR/release. After a cluster
+restart it writes the rows it restored to DIR/restored-<run>.npz; a run that completes fit
+writes DIR/done-<run>.json.
 
 Usage: ps_loss_resume.py DIR"""
 
 import json
 import os
+import select
 import sys
-import time
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
@@ -39,8 +42,12 @@ def sorted_rows(table):
 def main(directory):
     task = tfps.distribute.tf_config()["task"]
     run = int(os.environ.get("TFPS_CLUSTER_RESTARTS", "0"))
-    with open(os.path.join(directory, f"{task['type']}_{task['index']}.pid"), "w") as f:
-        f.write(str(os.getpid()))
+
+    def event(name, value):
+        with open(os.path.join(directory, "events"), "w") as f:  # short writes: atomic on a FIFO
+            f.write(f"{name} {value}\n")
+
+    event(f"{task['type']}_{task['index']}", os.getpid())
     strategy = tfps.distribute.strategy_from_tf_config()
     with strategy.scope():
         ids = keras.Input(shape=(2,), dtype=tf.int64)
@@ -50,7 +57,15 @@ def main(directory):
                       steps_per_execution=STEPS_PER_EXECUTION)
     backup_dir = os.path.join(directory, "backup")
     chain_file = os.path.join(backup_dir, "chief", "chain.json")
-    seen = {"chain": None, "backups": 0, "epoch": 0}
+    seen = {"chain": None, "backups": 0, "epoch": 0, "held": run > 0}
+
+    def hold(step):
+        """Waits for the test's line on DIR/release, at most 5 minutes."""
+        # Read-write: the open does not wait for the test, and the FIFO never reads as ended.
+        release = os.open(os.path.join(directory, "release"), os.O_RDWR)
+        event("holding_0", step)
+        select.select([release], [], [], 300)
+        os.close(release)
 
     class Record(keras.callbacks.Callback):
         def __init__(self):
@@ -65,15 +80,18 @@ def main(directory):
             seen["epoch"] = epoch
 
         def on_train_batch_end(self, batch, logs=None):
+            step = seen["epoch"] * STEPS_PER_EPOCH + batch
             chain = open(chain_file).read() if os.path.exists(chain_file) else None
             if chain != seen["chain"]:
                 seen["chain"] = chain
                 np.savez(os.path.join(directory, f"backup-{run}-{seen['backups']}.npz"),
                          epoch=seen["epoch"], batch=batch, **sorted_rows(layer.table))
+                event(f"backup_{run}", seen["backups"])
                 seen["backups"] += 1
-            with open(os.path.join(directory, f"progress-{run}.json"), "w") as f:
-                json.dump({"epoch": seen["epoch"], "batch": batch}, f)
-            time.sleep(0.2)  # leaves the test time to act between steps
+            elif seen["backups"] >= 2 and not seen["held"]:
+                seen["held"] = True
+                hold(step)
+            event(f"step_{run}", step)
 
     model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=EPOCHS,
               steps_per_epoch=STEPS_PER_EPOCH, verbose=0,

@@ -1,26 +1,26 @@
 """A TF_CONFIG program without TensorFlow for the launcher's clean-up tests: every task
-starts a child (`sleep`) and writes "<task> <pid>" and "<task>_child <pid>" lines to
-DIR/pids. ps and worker tasks then wait forever; the chief prints 300 numbered lines and
-exits at once, leaving its child behind, or with --hold waits forever too.
+starts a child (`sleep`) and writes "<task> <pid>" and "<task>_child <pid>" lines to the
+FIFO PIPE. ps and worker tasks then wait for a signal (the launcher's); the chief prints
+300 numbered lines and exits at once, leaving its child behind, or with --hold waits too.
 
-Usage: spawning_program.py DIR [--hold]"""
+Usage: spawning_program.py PIPE [--hold]"""
 
 import json
 import os
+import signal
 import subprocess
 import sys
-import time
 
 
 def main():
-    directory, hold = sys.argv[1], "--hold" in sys.argv[2:]
+    pipe, hold = sys.argv[1], "--hold" in sys.argv[2:]
     task = json.loads(os.environ["TF_CONFIG"])["task"]
     name = f"{task['type']}_{task['index']}"
     child = subprocess.Popen(["sleep", "300"])
-    with open(os.path.join(directory, "pids"), "a") as f:
+    with open(pipe, "w") as f:  # one short write: atomic on a FIFO
         f.write(f"{name} {os.getpid()}\n{name}_child {child.pid}\n")
     if task["type"] != "chief" or hold:
-        time.sleep(300)
+        signal.pause()  # until the launcher stops the task
     for i in range(300):
         print(f"line {i}")
     sys.stdout.flush()
