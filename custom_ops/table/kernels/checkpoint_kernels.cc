@@ -95,9 +95,8 @@ class TableSaveOp : public OpKernel {
     header.num_slots = table.num_slots();
     header.optimizer = static_cast<uint32_t>(table.config().optimizer.kind);
     header.clock = table.ApplyCalls();
-    const int64_t row_bytes = sizeof(int64_t) * (1 + kNumMetadata) +
-                              sizeof(float) * int64_t{header.dim} * (1 + header.num_slots);
-    const int64_t chunk_rows = std::max<int64_t>(1, max_chunk_bytes_ / row_bytes);
+    const int64_t chunk_rows =
+        std::max<int64_t>(1, max_chunk_bytes_ / static_cast<int64_t>(RowBytes(header)));
     const bool changes = changes_only_ && !table.NeedsFullSave();
     header.kind = changes ? kShardChanges : kWholeShard;
     if (!changes) table.BeginFullSave();

@@ -43,16 +43,15 @@ void EncodeHeader(const RowFileHeader& h, char* out) {
   Put(out + 60, Crc32c(0, out, 60));
 }
 
-// Bytes of one row in a chunk: key and metadata, value and slots.
-uint64_t RowBytes(const RowFileHeader& h) {
-  return sizeof(int64_t) * (1 + kNumMetadata) + sizeof(float) * h.dim * (1 + h.num_slots);
-}
-
 std::string TempPathOf(::tensorflow::Env* env, const std::string& path) {
   return absl::StrCat(path, ".tmp-", env->NowMicros());
 }
 
 }  // namespace
+
+uint64_t RowBytes(const RowFileHeader& h) {
+  return sizeof(int64_t) * (1 + kNumMetadata) + sizeof(float) * uint64_t{h.dim} * (1 + h.num_slots);
+}
 
 RowFileWriter::RowFileWriter(::tensorflow::Env* env, std::string path, std::string temp_path,
                              std::unique_ptr<::tensorflow::WritableFile> file,

@@ -37,6 +37,9 @@ struct RowFileHeader {
   uint32_t kind = kWholeShard;
 };
 
+// Bytes of one row in a chunk record: key and metadata, value and slots.
+uint64_t RowBytes(const RowFileHeader& header);
+
 class RowFileWriter {
  public:
   // Opens a temporary file beside `path` and writes the header.
