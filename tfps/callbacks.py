@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras as keras
 from tf_keras.src.distribute import worker_training_state
 
+from tfps import arguments
 from tfps import checkpoint as checkpoint_lib
 
 CHAIN_FILE = "chain.json"
@@ -39,8 +40,7 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
     def __init__(self, backup_dir, save_freq="epoch", every_seconds=None, full_every=10,
                  delete_checkpoint=True):
         super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
-        if isinstance(full_every, bool) or not isinstance(full_every, int) or full_every < 1:
-            raise ValueError(f"IncrementalBackup: full_every must be a positive int, got {full_every!r}")
+        full_every = arguments.positive_int(full_every, "full_every", "IncrementalBackup")
         if every_seconds is not None and not every_seconds > 0:
             raise ValueError(f"IncrementalBackup: every_seconds must be > 0, got {every_seconds!r}")
         self.full_every = full_every
@@ -59,6 +59,7 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
         self._last_backup = time.monotonic()
 
     def on_train_batch_begin(self, batch, logs=None):
+        # BackupAndRestore records the batch here; this callback records it with each backup.
         pass
 
     def on_train_batch_end(self, batch, logs=None):
