@@ -23,6 +23,7 @@ OP_SOURCES = [
     "custom_ops/metrics/ops/metric_ops.cc",
     "custom_ops/metrics/kernels/histogram_auc_kernel.cc",
     "custom_ops/metrics/kernels/histogram_curve_sum_kernel.cc",
+    "custom_ops/metrics/kernels/group_auc_kernels.cc",
     "custom_ops/keys/ops/key_ops.cc",
     "custom_ops/keys/kernels/key_kernels.cc",
 ]

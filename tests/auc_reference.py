@@ -20,6 +20,22 @@ def exact_roc_auc(labels, scores, weights=None):
     return wins / total if total > 0 else 0.5
 
 
+def exact_group_auc(groups, labels, scores, weights=None):
+    """GAUC: each group's exact ROC AUC weighted by its total weight, over the groups that
+    have both classes; 0.5 when none has."""
+    groups, labels, scores = np.asarray(groups), np.asarray(labels, np.float64), np.asarray(scores)
+    weights = np.ones_like(labels) if weights is None else np.asarray(weights, np.float64)
+    total = weighted = 0.0
+    for group in np.unique(groups):
+        mask = groups == group
+        positives = np.sum(weights[mask] * labels[mask])
+        negatives = np.sum(weights[mask] * (1 - labels[mask]))
+        if positives > 0 and negatives > 0:
+            weighted += (positives + negatives) * exact_roc_auc(labels[mask], scores[mask], weights[mask])
+            total += positives + negatives
+    return weighted / total if total > 0 else 0.5
+
+
 def exact_average_precision(labels, scores, weights=None):
     """Average precision with one threshold per distinct score (sklearn's definition)."""
     labels = np.asarray(labels, np.float64)

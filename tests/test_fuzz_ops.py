@@ -26,6 +26,9 @@ rows2 = tf.ones([2, 2])
 big = 1 << 62
 nan = float("nan")
 scalar_key = tf.constant(5, I64)
+groups = ops.tfps_table_create(dim=16, optimizer="sgd", learning_rate=1.0, optimizer_params=[],
+                               initializer="zeros", shared_name="fuzz_groups")
+group_scale = dict(buckets_per_octave=2, octaves=2)
 CASES = [
     # find / find_or_insert
     lambda: ops.tfps_table_find(table, tf.zeros([0], I64), dim=2),
@@ -114,6 +117,23 @@ CASES = [
     lambda: ops.tfps_histogram_auc_update(keys2, [1.0], [0.5], tf.zeros([0]), 0,
                                           buckets_per_octave=2, octaves=2, metric_name="m"),
     lambda: ops.tfps_histogram_curve_sum(table, 0.0, 0.0, curve="ROC"),
+    # GroupAUC ops
+    lambda: ops.tfps_group_auc_update(groups, keys2, [1.0], [0.5, 0.5], tf.zeros([0]), **group_scale),
+    lambda: ops.tfps_group_auc_update(groups, keys2, [1.0, 0.0], [0.5, nan], tf.zeros([0]), **group_scale),
+    lambda: ops.tfps_group_auc_update(table, keys2, [1.0, 0.0], [0.5, 0.5], tf.zeros([0]), **group_scale),
+    lambda: ops.tfps_group_auc_update(hist.handle, keys2, [1.0, 0.0], [0.5, 0.5], tf.zeros([0]), **group_scale),
+    lambda: ops.tfps_group_auc_update(groups, tf.zeros([2, 1], I64), [1.0, 0.0], [0.5, 0.5], tf.zeros([0]),
+                                      **group_scale),
+    lambda: ops.tfps_group_auc_update(groups, keys2, [1.0, 0.0], [0.5, 0.5], tf.constant([1.0, -1.0]),
+                                      **group_scale),
+    lambda: ops.tfps_group_auc_update(groups, keys2, [1.0, 0.0], [0.5, 0.5], tf.zeros([0]),
+                                      buckets_per_octave=3, octaves=2),
+    lambda: ops.tfps_group_auc_update(groups, tf.zeros([0], I64), tf.zeros([0]), tf.zeros([0]), tf.zeros([0]),
+                                      **group_scale),
+    lambda: ops.tfps_group_auc_sum(table, num_buckets=8),
+    lambda: ops.tfps_group_auc_sum(hist.handle, num_buckets=8),
+    lambda: ops.tfps_group_auc_sum(groups, num_buckets=-8),
+    lambda: ops.tfps_group_auc_sum(groups, num_buckets=8),
 ]
 '''
 
@@ -155,5 +175,7 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     total = int([line for line in lines if line.startswith("done")][0].split()[1])
     assert sorted(outcomes) == list(range(total))
     # Cases that are wrong by construction must fail, not pass silently.
-    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59):
+    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79):
         assert outcomes[i] == "error", f"case {i} was accepted"
+    for i in (76, 80):  # an empty update, a sum of the groups seen
+        assert outcomes[i] == "ok", f"case {i} was refused"

@@ -9,7 +9,7 @@ import tf_keras as keras
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 import tfps
-from tests.auc_reference import exact_average_precision, exact_roc_auc, log_linear_buckets
+from tests.auc_reference import exact_average_precision, exact_group_auc, exact_roc_auc, log_linear_buckets
 
 
 def evaluate(metric, run, y_true, y_pred, sample_weight=None, batch=8192, **kwargs):
@@ -223,28 +223,89 @@ def test_log_loss_and_calibration_against_numpy(run):
     assert got == pytest.approx(expected_ratio, rel=1e-6)
 
 
-def test_group_auc_matches_exact_per_group_auc(run):
+@pytest.mark.parametrize("group_dtype", [np.int64, np.uint64, np.int32])
+def test_group_auc_equals_the_exact_gauc_of_its_documented_buckets(run, group_dtype):
     rng = np.random.default_rng(6)
     n = 20_000
-    groups = (rng.integers(0, 300, n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
+    groups = rng.integers(0, 300, n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    groups = groups.astype(group_dtype) if group_dtype != np.uint64 else groups  # uint64: above 2^63
     labels = (rng.random(n) < 0.3).astype(np.float32)
-    # On bucket edges, one distinct score per bucket (1.0 would share the top bucket).
-    scores = np.minimum((np.clip(rng.normal(0.4 + 0.2 * labels, 0.2), 0, 1) * 64).round(), 63) / 64
-    scores = scores.astype(np.float32)
-    metric = tfps.metrics.GroupAUC(num_buckets=64)
+    labels[::7] = rng.random(len(labels[::7])).astype(np.float32)  # some soft labels
+    scores = np.clip(rng.lognormal(np.log(0.05) + 0.8 * labels, 1.2), 0, 1).astype(np.float32)
+    weights = rng.random(n).astype(np.float32) * 2
+    metric = tfps.metrics.GroupAUC(num_buckets=64, octaves=8)
     for start in range(0, n, 4096):
         sl = slice(start, start + 4096)
-        run(lambda t, p, g: metric.update_state(t, p, groups=g), tf.constant(labels[sl]),
-            tf.constant(scores[sl]), tf.constant(groups[sl], tf.int64))
-    num, den = 0.0, 0.0
-    for g in np.unique(groups):
-        mask = groups == g
-        if 0 < labels[mask].sum() < mask.sum():
-            num += mask.sum() * exact_roc_auc(labels[mask], scores[mask])
-            den += mask.sum()
-    assert float(metric.result()) == pytest.approx(num / den, abs=1e-6)
+        run(lambda t, p, w, g: metric.update_state(t, p, sample_weight=w, groups=g), tf.constant(labels[sl]),
+            tf.constant(scores[sl]), tf.constant(weights[sl]), tf.constant(groups[sl]))
+    bucketed = log_linear_buckets(scores, buckets_per_octave=4, octaves=8)
+    expected = exact_group_auc(groups, labels, bucketed, weights)
+    assert 0.6 < expected < 0.9
+    assert float(metric.result()) == pytest.approx(expected, abs=1e-6)
     metric.reset_state()
     assert float(metric.result()) == 0.5
+
+
+@pytest.mark.parametrize("click_rate", [0.0026, 0.001])
+def test_group_auc_is_within_1e3_of_the_exact_gauc_at_low_click_rates(click_rate):
+    # 400K impressions of 50 users, calibrated predictions around the click rate, each
+    # user's own level and spread; equal-width buckets put them all in bucket 0.
+    rng = np.random.default_rng(int(click_rate * 1e4))
+    n, users = 400_000, 50
+    groups = rng.integers(0, users, n)
+    logit = np.log(click_rate) + rng.normal(0, 0.5, users)[groups] + rng.normal(0, 1.0, n)
+    scores = 1 / (1 + np.exp(-logit))
+    scores = (scores * click_rate / scores.mean()).astype(np.float32)
+    labels = (rng.random(n) < scores * np.exp(rng.normal(0, 0.5, n) - 0.125)).astype(np.float32)
+    metric = tfps.metrics.GroupAUC()
+    for start in range(0, n, 1 << 16):
+        sl = slice(start, start + (1 << 16))
+        metric.update_state(labels[sl], scores[sl], groups=groups[sl])
+    expected = exact_group_auc(groups, labels, scores)
+    assert 0.6 < expected < 0.9 and labels.mean() == pytest.approx(click_rate, rel=0.15)
+    assert abs(float(metric.result()) - expected) <= 1e-3
+
+
+def _two_input_click_model(group_auc):
+    features = keras.Input(shape=(4,), name="features")
+    user = keras.Input(shape=(), dtype=tf.int64, name="user")
+    prediction = keras.layers.Dense(1, activation="sigmoid")(features)
+    return keras.Model({"features": features, "user": user},
+                       tfps.metrics.FeedGroups(group_auc)([prediction, user]))
+
+
+@pytest.mark.parametrize("run_eagerly", [False, True])
+def test_group_auc_in_compile_gets_its_groups_from_feed_groups(run_eagerly):
+    rng = np.random.default_rng(3)
+    n = 6000
+    x = {"features": rng.normal(size=(n, 4)).astype(np.float32), "user": rng.integers(0, 40, n)}
+    y = (x["features"][:, 0] + rng.normal(size=n) > 0.5).astype(np.float32)
+    group_auc = tfps.metrics.GroupAUC(name="gauc")
+    model = _two_input_click_model(group_auc)
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=[group_auc], run_eagerly=run_eagerly)
+    history = model.fit(x, y, epochs=1, batch_size=500, verbose=0).history
+    assert 0.0 < history["gauc"][0] < 1.0 and history["gauc"][0] != 0.5  # updated, groups seen
+    results = model.evaluate(x, y, batch_size=700, verbose=0, return_dict=True)
+    predictions = model.predict(x, batch_size=700, verbose=0)[:, 0]
+    expected = exact_group_auc(x["user"], y, log_linear_buckets(predictions, 8, 16))
+    assert results["gauc"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_group_auc_without_groups_or_with_bad_ones_says_what_is_wrong():
+    metric = tfps.metrics.GroupAUC()
+    with pytest.raises(ValueError, match=r"no groups for this batch.*FeedGroups"):
+        metric.update_state([1.0], [0.5])
+    with pytest.raises(TypeError, match=r"GroupAUC\(group_auc\): groups must be integers"):
+        metric.update_state([1.0], [0.5], groups=[0.5])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must have the same number of elements"):
+        metric.update_state([1.0, 0.0], [0.5, 0.2], groups=[1, 2, 3])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"predictions must be probabilities.*1.5"):
+        metric.update_state([1.0], [1.5], groups=[1])
+    with pytest.raises(ValueError, match="num_buckets must be 2 \\* octaves times a power of two"):
+        tfps.metrics.GroupAUC(num_buckets=100)
+    with pytest.raises(TypeError, match="feeds GroupAUC metrics"):
+        tfps.metrics.FeedGroups(tfps.metrics.AUC())
+    assert float(metric.result()) == 0.5  # the refused updates changed nothing
 
 
 @pytest.mark.parametrize("steps_per_execution", [1, 8])

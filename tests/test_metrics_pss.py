@@ -1,9 +1,9 @@
-"""tfps.metrics.AUC under ParameterServerStrategy: evaluate() sums every worker's data."""
+"""tfps.metrics.AUC and GroupAUC under ParameterServerStrategy: evaluate() sums every worker's data."""
 
 import numpy as np
 import pytest
 
-from tests.auc_reference import exact_roc_auc
+from tests.auc_reference import exact_group_auc, exact_roc_auc, log_linear_buckets
 from tests.cluster_run import run_cluster_program
 
 
@@ -20,3 +20,10 @@ def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
     exact = exact_roc_auc(labels, scores, weights=counts)
     assert 0.55 < exact < 0.95
     assert out["results"]["auc"] == pytest.approx(exact, abs=1e-6)
+    # GroupAUC in compile, its groups fed by FeedGroups, uint64 keys split over the PS tasks:
+    # the exact GAUC of the bucketed predictions, over the records both workers evaluated.
+    assert out["group_auc_shards"] == (2 if layout == "partitioned" else 1)
+    groups = np.mod(ids, 37)
+    exact_group = exact_group_auc(groups, labels, log_linear_buckets(scores, 8, 16), weights=counts)
+    assert 0.55 < exact_group < 0.95
+    assert out["results"]["group_auc"] == pytest.approx(exact_group, abs=1e-6)

@@ -89,6 +89,22 @@ def _histogram_curve_area(parts, curve):
     return tf.math.divide_no_nan(total, positives)
 
 
+def _buckets_per_octave(owner, num_buckets, octaves):
+    """Buckets per octave of d of a log-linear histogram (see AUC), or a ValueError naming
+    the valid choices."""
+    if not arguments.is_int(octaves) or not 1 <= octaves <= 125:
+        raise ValueError(f"{owner}: octaves must be an int in [1, 125], got {octaves!r}")
+    sides = 2 * octaves
+    per_octave, remainder = divmod(num_buckets, sides) if arguments.is_int(num_buckets) else (0, 1)
+    if remainder or not 1 <= per_octave <= _MAX_BUCKETS // sides or per_octave & (per_octave - 1):
+        valid = [sides << k for k in range(24) if sides << k <= _MAX_BUCKETS]
+        raise ValueError(
+            f"{owner}: num_buckets must be 2 * octaves times a power of two, at most "
+            f"2**24 (with {octaves} octaves: {', '.join(map(str, valid[:4]))}, ..., {valid[-1]}), "
+            f"got {num_buckets!r}")
+    return int(per_octave)
+
+
 class AUC(keras.metrics.Metric):
     """Area under the ROC or PR curve from fine prediction histograms.
 
@@ -121,16 +137,7 @@ class AUC(keras.metrics.Metric):
     def __init__(self, num_buckets=32768, curve="ROC", name="auc", octaves=16, dtype=None,
                  **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
-        if not arguments.is_int(octaves) or not 1 <= octaves <= 125:
-            raise ValueError(f"tfps.metrics.AUC: octaves must be an int in [1, 125], got {octaves!r}")
-        sides = 2 * octaves
-        per_octave, remainder = divmod(num_buckets, sides) if arguments.is_int(num_buckets) else (0, 1)
-        if remainder or not 1 <= per_octave <= _MAX_BUCKETS // sides or per_octave & (per_octave - 1):
-            valid = [sides << k for k in range(24) if sides << k <= _MAX_BUCKETS]
-            raise ValueError(
-                "tfps.metrics.AUC: num_buckets must be 2 * octaves times a power of two, at most "
-                f"2**24 (with {octaves} octaves: {', '.join(map(str, valid[:4]))}, ..., {valid[-1]}), "
-                f"got {num_buckets!r}")
+        per_octave = _buckets_per_octave("tfps.metrics.AUC", num_buckets, octaves)
         curve = str(curve).upper()
         if curve not in ("ROC", "PR"):
             raise ValueError(f"tfps.metrics.AUC: curve must be 'ROC' or 'PR', got {curve!r}")
@@ -242,73 +249,108 @@ class CalibrationRatio(keras.metrics.Metric):
             v.assign(tf.zeros_like(v))
 
 
-def _batched_roc_auc(positives, negatives):
-    """ROC AUC per row of [groups, buckets] histograms (ascending score), ties counting half."""
-    pos = tf.reverse(positives, [1])
-    neg = tf.reverse(negatives, [1])
-    pos_above = tf.cumsum(pos, axis=1, exclusive=True)
-    wins = tf.reduce_sum(neg * (pos_above + 0.5 * pos), axis=1)
-    return tf.math.divide_no_nan(wins, tf.reduce_sum(pos, 1) * tf.reduce_sum(neg, 1))
+def _example_weights(sample_weight, y_pred):
+    """sample_weight as a float32 vector matching y_pred, or None."""
+    if sample_weight is None:
+        return None
+    return tf.reshape(tf.broadcast_to(tf.cast(sample_weight, tf.float32), tf.shape(y_pred)), [-1])
 
 
 class GroupAUC(keras.metrics.Metric):
-    """Impression-weighted mean of per-group ROC AUCs (e.g. per user), over 64-bit group keys.
+    """Impression-weighted mean of per-group ROC AUCs (GAUC, e.g. per user), over 64-bit
+    group keys, summed over all workers.
 
     Each group's state is a row of a dynamic table (sharded over the parameter servers
-    under ParameterServerStrategy) holding its positive and negative weight per prediction
-    bucket; rows are added to atomically by the table (SGD with learning rate 1 and the
-    negated counts as gradient), so concurrent workers never lose an update. Groups with only one class are left out, as is usual for GAUC; with no such
-    group the result is 0.5. Memory: 8 * num_buckets bytes per group seen.
+    under ParameterServerStrategy): its positive and negative weight per prediction bucket,
+    with AUC's log-linear buckets, so predictions around a 0.1% click rate are ordered as
+    finely as those around 30%. An update sends the batch's examples to the parameter
+    servers holding their groups (Tfps>GroupAucUpdate), which add them to the rows under
+    each row's lock, so concurrent workers lose nothing; `result()` runs on each parameter
+    server over its rows a chunk at a time (Tfps>GroupAucSum) and sends back two scalars.
+    Groups with only one class are left out, as is usual for GAUC; with no such group the
+    result is 0.5. Pairs in the same bucket count one half.
 
-    Call `update_state(y_true, y_pred, sample_weight=None, groups=...)` with int64 groups
-    of the same size as the predictions.
+    Memory: 8 * num_buckets bytes per group seen (2 KiB at the default). Counts are
+    float32: a bucket of one group counts exactly up to 2^24 examples, and past that each
+    batch's count is added with a relative rounding error of at most 2^-24 of the bucket.
+
+    Groups reach the metric in one of two ways:
+    - `update_state(y_true, y_pred, sample_weight=None, groups=...)`, called directly;
+    - in `compile(metrics=[gauc])`, through a `tfps.metrics.FeedGroups(gauc)` layer that the
+      model's prediction passes through: `p = FeedGroups(gauc)([p, inputs["user_id"]])`.
+      Keras calls a compiled metric with labels and predictions only; the layer hands it the
+      batch's groups in the same step (fit, evaluate, any strategy).
 
     Args:
-      num_buckets: prediction buckets per group; pairs in the same bucket count one half.
+      num_buckets: prediction buckets per group, 2 * octaves times a power of two.
+      name: metric name.
+      octaves: halvings of d = min(p, 1 - p) resolved below 1/2, as for AUC.
     """
 
-    def __init__(self, num_buckets=256, name="group_auc", dtype=None, **kwargs):
+    def __init__(self, num_buckets=256, name="group_auc", octaves=16, dtype=None, **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
-        if not arguments.is_int(num_buckets) or num_buckets < 2:
-            raise ValueError(f"tfps.metrics.GroupAUC: num_buckets must be an int >= 2, got {num_buckets!r}")
+        self.buckets_per_octave = _buckets_per_octave("tfps.metrics.GroupAUC", num_buckets, octaves)
+        self.num_buckets, self.octaves = int(num_buckets), int(octaves)
         from tfps.sharded_table import ShardedTable  # the op library is needed only here
         from tfps import initializers, optimizers
-        self.num_buckets = num_buckets
         with tf.init_scope():
             self.histograms = ShardedTable(2 * num_buckets, optimizer=optimizers.SGD(1.0),
                                            initializer=initializers.Zeros(), name=f"{name}_histograms")
 
+    @property
+    def _metric_name(self):
+        return f"tfps.metrics.GroupAUC({self.name})"
+
     @_straight_line
     def update_state(self, y_true, y_pred, sample_weight=None, groups=None):
+        from tfps._ops import ops
+        from tfps.sharded_table import as_int64_keys
         if groups is None:
-            raise ValueError("tfps.metrics.GroupAUC.update_state needs groups= (one int64 key "
-                             "per prediction, e.g. the user ID)")
-        y_true, y_pred, weights = _flatten_inputs(f"tfps.metrics.GroupAUC({self.name})", y_true,
-                                                  y_pred, sample_weight)
-        groups = tf.reshape(groups, [-1])
-        if groups.dtype not in (tf.int64, tf.int32, tf.uint64):
-            raise TypeError(f"tfps.metrics.GroupAUC: groups must be integer keys, got {groups.dtype.name}")
-        groups = tf.cast(groups, tf.int64) if groups.dtype == tf.int32 else groups
-        tf.debugging.assert_equal(tf.size(groups), tf.size(y_pred), message=(
-            "tfps.metrics.GroupAUC: groups must have one key per prediction"))
-        unique, row = tf.unique(groups, out_idx=tf.int64)
-        bucket = tf.minimum(tf.cast(tf.floor(y_pred * self.num_buckets), tf.int64), self.num_buckets - 1)
-        indices = tf.concat([tf.stack([row, bucket], 1),
-                             tf.stack([row, bucket + self.num_buckets], 1)], 0)
-        counts = tf.concat([weights * y_true, weights * (1.0 - y_true)], 0)
-        delta = tf.scatter_nd(indices, tf.cast(counts, tf.float32),
-                              tf.stack([tf.size(unique, out_type=tf.int64), 2 * self.num_buckets]))
-        return self.histograms.apply_gradients(unique, -delta)
+            groups = self._fed_groups()
+        y_pred, y_true = _as_float_vector(y_pred), _as_float_vector(y_true)
+        groups = tf.reshape(as_int64_keys(groups, self._metric_name + ": groups"), [-1])
+        weights = _example_weights(sample_weight, y_pred)
+        tensors = (y_true, y_pred) if weights is None else (y_true, y_pred, weights)
+        checks = []
+        if self.histograms.num_shards > 1:  # partitioning needs equal sizes; one shard's op checks them
+            checks = [tf.debugging.assert_equal(tf.size(t), tf.size(groups), message=(
+                f"{self._metric_name}: groups, labels, predictions and sample_weight must have "
+                "one element per example")) for t in tensors]
+        no_weights = tf.zeros([0], tf.float32)
+
+        def update(table, shard_groups, labels, predictions, shard_weights=no_weights):
+            return ops.tfps_group_auc_update(
+                table.resource_handle, shard_groups, labels, predictions, shard_weights,
+                buckets_per_octave=self.buckets_per_octave, octaves=self.octaves,
+                metric_name=self._metric_name)
+        with tf.control_dependencies(checks):
+            return tf.group(self.histograms.per_shard(update, groups, *tensors)[0])
+
+    def _fed_groups(self):
+        graph, groups = getattr(self, "_groups_fed", (None, None))
+        if groups is None or graph is not _current_graph():
+            raise ValueError(
+                f"{self._metric_name} has no groups for this batch: call update_state(..., "
+                "groups=...), or in compile(metrics=...) pass the model's prediction through "
+                "tfps.metrics.FeedGroups(metric)([prediction, group_ids])")
+        return groups
+
+    def feed_groups(self, groups):
+        """Groups for the next update_state without groups= in the same step (FeedGroups)."""
+        # Kept past Keras' attribute tracking: a tensor is no state of the metric.
+        object.__setattr__(self, "_groups_fed", (_current_graph(), groups))
 
     def result(self):
-        rows = tf.cast(self.histograms.export().values, tf.float64)
-        positives, negatives = rows[:, :self.num_buckets], rows[:, self.num_buckets:]
-        pos_total, neg_total = tf.reduce_sum(positives, 1), tf.reduce_sum(negatives, 1)
-        both = (pos_total > 0) & (neg_total > 0)
-        impressions = tf.where(both, pos_total + neg_total, 0.0)
-        auc = _batched_roc_auc(positives, negatives)
-        value = tf.where(tf.reduce_sum(impressions) > 0,
-                         tf.math.divide_no_nan(tf.reduce_sum(impressions * auc), tf.reduce_sum(impressions)),
+        from tfps._ops import ops
+        weighted, impressions = [], []
+        for table, device in zip(self.histograms.shards, self.histograms.devices):
+            with tf.device(device):
+                shard_weighted, shard_impressions = ops.tfps_group_auc_sum(
+                    table.resource_handle, num_buckets=self.num_buckets, metric_name=self._metric_name)
+            weighted.append(shard_weighted)
+            impressions.append(shard_impressions)
+        weighted, impressions = tf.add_n(weighted), tf.add_n(impressions)
+        value = tf.where(impressions > 0, weighted / tf.maximum(impressions, 1e-300),
                          tf.constant(0.5, tf.float64))
         return tf.cast(value, self.dtype)
 
@@ -316,4 +358,36 @@ class GroupAUC(keras.metrics.Metric):
         self.histograms.clear()
 
     def get_config(self):
-        return {**super().get_config(), "num_buckets": self.num_buckets}
+        return {**super().get_config(), "num_buckets": self.num_buckets, "octaves": self.octaves}
+
+
+def _current_graph():
+    """The graph a step is being traced into; None when running eagerly."""
+    return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+
+
+class FeedGroups(keras.layers.Layer):
+    """Passes predictions through unchanged and hands each GroupAUC the batch's groups, so a
+    GroupAUC works in `compile(metrics=...)`: `p = FeedGroups(gauc)([p, inputs["user_id"]])`.
+
+    Args:
+      metrics: a GroupAUC or a list of them.
+    """
+
+    def __init__(self, metrics=(), **kwargs):
+        kwargs.setdefault("autocast", False)  # predictions leave as they came
+        super().__init__(**kwargs)
+        metrics = list(metrics) if isinstance(metrics, (list, tuple)) else [metrics]
+        for metric in metrics:
+            if not isinstance(metric, GroupAUC):
+                raise TypeError(f"tfps.metrics.FeedGroups feeds GroupAUC metrics, got {metric!r}")
+        # A plain list attribute would make the metrics this layer's own (tracked) state.
+        object.__setattr__(self, "_group_metrics", metrics)
+
+    def call(self, inputs):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
+            raise ValueError("tfps.metrics.FeedGroups takes [predictions, groups]")
+        predictions, groups = inputs
+        for metric in self._group_metrics:
+            metric.feed_groups(groups)
+        return tf.identity(predictions)

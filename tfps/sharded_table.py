@@ -53,6 +53,11 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         return list(self._shards)
 
     @property
+    def devices(self):
+        """The device of each shard (None: the current device)."""
+        return list(self._devices)
+
+    @property
     def num_shards(self):
         return len(self._shards)
 
@@ -70,7 +75,7 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         parts = [tf.dynamic_partition(t, shard, self.num_shards) for t in (keys,) + tensors]
         return [(positions[i],) + tuple(p[i] for p in parts) for i in range(self.num_shards)]
 
-    def _per_shard(self, fn, keys, *tensors):
+    def per_shard(self, fn, keys, *tensors):
         """fn(shard table, its keys, *its slices of tensors) on each shard's device: the
         results, and the positions of each shard's keys in `keys` (None: all of them)."""
         results, positions = [], []
@@ -87,14 +92,14 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def find_or_insert(self, keys):
         """Rows of integer keys of any shape S, inserting new ones: float32 S + [dim]."""
         flat, shape = _flattened(keys)
-        rows, positions = self._per_shard(lambda t, k: t.find_or_insert(k), flat)
+        rows, positions = self.per_shard(lambda t, k: t.find_or_insert(k), flat)
         return self._shaped(self._gather_back(positions, rows), shape)
 
     def find(self, keys, return_exists=False):
         """Rows of integer keys of any shape S without inserting (float32 S + [dim]), and
         optionally the exists mask (bool S)."""
         flat, shape = _flattened(keys)
-        found, positions = self._per_shard(lambda t, k: t.find(k, return_exists=True), flat)
+        found, positions = self.per_shard(lambda t, k: t.find(k, return_exists=True), flat)
         values = self._shaped(self._gather_back(positions, [rows for rows, _ in found]), shape)
         if not return_exists:
             return values
@@ -105,15 +110,15 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
 
     def apply_gradients(self, keys, gradients, step=0):
         """Applies each shard's optimizer to its unique keys [n] with gradients [n, dim]."""
-        return tf.group(self._per_shard(lambda t, k, g: t.apply_gradients(k, g, step), keys,
+        return tf.group(self.per_shard(lambda t, k, g: t.apply_gradients(k, g, step), keys,
                                         gradients)[0])
 
     def insert(self, keys, values):
-        return tf.group(self._per_shard(lambda t, k, v: t.insert(k, v), keys, values)[0])
+        return tf.group(self.per_shard(lambda t, k, v: t.insert(k, v), keys, values)[0])
 
     def remove(self, keys):
         """Removes `keys` [n]; returns how many were present (int64 scalar)."""
-        return tf.add_n(self._per_shard(lambda t, k: t.remove(k), keys)[0])
+        return tf.add_n(self.per_shard(lambda t, k: t.remove(k), keys)[0])
 
     def size(self):
         return tf.add_n([table.size() for table in self._shards])
@@ -136,14 +141,14 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
             yield from table.export_chunks(max_rows)
 
     def import_rows(self, rows):
-        return tf.group(self._per_shard(
+        return tf.group(self.per_shard(
             lambda t, keys, values, slots, metadata: t.import_rows(TableRows(keys, values, slots, metadata)),
             rows.keys, rows.values, rows.slots, rows.metadata)[0])
 
 
-def as_int64_keys(keys):
+def as_int64_keys(keys, what="ShardedTable: keys"):
     """Keys as int64 for routing and the shards' ops: narrower ints widen, uint64 keeps its
-    bits (the table reads both as the same 64-bit key)."""
+    bits (the table reads both as the same 64-bit key). `what` names them in the error."""
     keys = tf.convert_to_tensor(keys) if not isinstance(keys, tf.Tensor) else keys
     if keys.dtype == tf.uint64:
         return tf.bitcast(keys, tf.int64)
@@ -151,7 +156,7 @@ def as_int64_keys(keys):
         return keys
     if keys.dtype.is_integer:
         return tf.cast(keys, tf.int64)
-    raise TypeError(f"ShardedTable: keys must be integers (int64, uint64 or narrower), got {keys.dtype.name}")
+    raise TypeError(f"{what} must be integers (int64, uint64 or narrower), got {keys.dtype.name}")
 
 
 def _flattened(keys):

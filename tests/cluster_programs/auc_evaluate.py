@@ -1,5 +1,5 @@
 """Run by tests/test_metrics_pss.py in its own process: model.evaluate under an in-process
-ParameterServerStrategy with 2 workers; prints the metric results and the multiset of
+ParameterServerStrategy with 2 workers, GroupAUC fed uint64 groups through FeedGroups; prints the metric results and the multiset of
 records the workers evaluated, as JSON."""
 
 import json
@@ -38,6 +38,11 @@ def label_of(ids):
     return tf.cast(tf.math.floormod(ids * 7919, 13) < 4 + ids * 6 // NUM_IDS, tf.float32)
 
 
+def group_of(ids):
+    """uint64 group keys, most above 2^63, so routing them to shards must keep their bits."""
+    return tf.bitcast(tf.math.floormod(ids, 37) * -0x61C8864680B583EB, tf.uint64)
+
+
 def dataset_fn(_):
     ids = tf.data.Dataset.random().map(lambda r: tf.math.floormod(r, NUM_IDS))  # differs per worker
     return ids.map(lambda i: (i, label_of(i))).batch(BATCH).repeat()
@@ -53,18 +58,21 @@ def main():
             ids = keras.Input(shape=(), dtype=tf.int64)
             prediction = keras.layers.Lambda(
                 lambda i: (tf.cast(i, tf.float32) + 0.5) / NUM_IDS)(ids)
-            model = keras.Model(ids, prediction)
+            group_auc = tfps.metrics.GroupAUC(name="group_auc")
+            groups = keras.layers.Lambda(group_of)(ids)
+            model = keras.Model(ids, tfps.metrics.FeedGroups(group_auc)([prediction, groups]))
             counts = RecordCounts()
             auc = tfps.metrics.AUC(name="auc")
             model.compile(loss="binary_crossentropy",
-                          metrics=[auc, tfps.metrics.AUC(curve="PR", name="pr_auc"), counts])
+                          metrics=[auc, tfps.metrics.AUC(curve="PR", name="pr_auc"), counts, group_auc])
         results = model.evaluate(keras.utils.experimental.DatasetCreator(dataset_fn), steps=STEPS,
                                  return_dict=True, verbose=0)
         record_counts = tf.concat([tf.convert_to_tensor(v) for v in
                                    getattr(counts.counts, "variables", [counts.counts])], 0).numpy().tolist()
         auc_parts = len(getattr(auc.histogram, "variables", [None]))
+        group_shards = group_auc.histograms.num_shards
     json.dump({"results": results, "record_counts": record_counts, "steps": STEPS, "batch": BATCH,
-               "auc_histogram_parts": auc_parts},
+               "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards},
               sys.stdout)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be stopped; end the process without waiting

@@ -63,4 +63,50 @@ returns the weights above plus this part's, for the next lower part. Runs where 
 variable lives, so only three scalars leave a parameter server.
 )doc");
 
+REGISTER_OP("Tfps>GroupAucUpdate")
+    .Input("table: resource")
+    .Input("groups: int64")
+    .Input("labels: float")
+    .Input("predictions: float")
+    .Input("weights: float")
+    .Attr("buckets_per_octave: int")
+    .Attr("octaves: int")
+    .Attr("metric_name: string = 'GroupAUC'")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
+      for (int i = 1; i <= 4; ++i) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 1, &unused));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Adds weighted examples (an empty weights tensor weighs each example 1) to per-group AUC
+histograms, each the row of a group key in a dynamic table of dim 2 * num_buckets (SGD at
+learning rate 1), laid out [bucket][positive weight, negative weight], with the buckets of
+Tfps>HistogramAucUpdate. Validates every input first and changes nothing if any prediction
+or label is outside [0, 1] or NaN, or a weight is negative or not finite. Each group's row
+is added to atomically, so concurrent updates lose nothing.
+)doc");
+
+REGISTER_OP("Tfps>GroupAucSum")
+    .Input("table: resource")
+    .Output("weighted_auc: double")
+    .Output("impressions: double")
+    .Attr("num_buckets: int")
+    .Attr("metric_name: string = 'GroupAUC'")
+    .SetIsStateful()  // reads a table
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Over the groups of a Tfps>GroupAucUpdate table that have both positive and negative
+weight, the sum of each group's ROC AUC (pairs in the same bucket counting one half) times
+its weight, and the sum of those weights. Runs where the table lives, a chunk of rows at a
+time, so only two scalars leave a parameter server.
+)doc");
+
 }  // namespace tfps
