@@ -9,7 +9,7 @@ then the chief times a full tfps save (`tf.train.Checkpoint.write`), stock `tf.V
 of the same bytes per parameter server (created on those tasks) saved the same way, and
 the restores of both; then 1% of the rows change and a save of changes runs
 (`tfps.checkpoint.changes_only()`); then `save_for_serving` exports the table. Around each
-operation every process's peak RSS is reset (/proc/PID/clear_refs) and read back (VmHWM),
+operation (saves and restores: the median of 3 runs, tfps and stock taking turns) every process's peak RSS is reset (/proc/PID/clear_refs) and read back (VmHWM),
 so "extra" is the peak above the RSS before (for restores, above the RSS after as well:
 the rows a restore brings back are not extra), measured in each process itself. Prints one JSON line per size and a summary
 against the targets: save >= 1.0x stock's bytes/s, restore >= 0.7x, chief extra <= 64 MiB,
@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-DIM, FILL_BATCH = 16, 1 << 20
+DIM, FILL_BATCH, REPEATS = 16, 1 << 20, 3
 MIB = 1 << 20
 SAVED_BYTES_PER_ROW = 8 + 4 * DIM * 2 + 8 * 3  # key, value, Adagrad slot, metadata
 
@@ -112,14 +112,29 @@ def run_cluster_task(args):
               "table_bytes_per_ps": [r * SAVED_BYTES_PER_ROW for r in shard_rows]}
     table_ckpt, stock_ckpt = tf.train.Checkpoint(table=table), tf.train.Checkpoint(v=stock)
     table_path, stock_path = os.path.join(args.dir, "table"), os.path.join(args.dir, "stock")
-    record.update(timed("tfps_save", lambda: table_ckpt.write(table_path)))
-    record.update(timed("stock_save", lambda: stock_ckpt.write(stock_path)))
     expected = table.export_chunks(4096).__next__()
-    table.clear()
-    record.update(timed("tfps_restore", lambda: table_ckpt.read(table_path).assert_consumed()))
-    for v in stock:
-        v.assign(tf.zeros_like(v))
-    record.update(timed("stock_restore", lambda: stock_ckpt.read(stock_path).assert_consumed()))
+
+    def clear_stock():
+        for v in stock:
+            v.assign(tf.zeros_like(v))
+
+    # Each figure is the median of REPEATS runs, tfps and stock taking turns (the first run
+    # of each also traces its function); the first runs' times are kept as *_first_s.
+    runs = {name: [] for name in ("tfps_save", "stock_save", "tfps_restore", "stock_restore")}
+    for repeat in range(REPEATS):
+        last = repeat == REPEATS - 1
+        runs["tfps_save"].append(timed("tfps_save", lambda: table_ckpt.write(table_path)))
+        runs["stock_save"].append(timed("stock_save", lambda: stock_ckpt.write(stock_path)))
+        table.clear()
+        runs["tfps_restore"].append(timed("tfps_restore", lambda: table_ckpt.read(table_path).assert_consumed()))
+        clear_stock()
+        runs["stock_restore"].append(timed("stock_restore", lambda: stock_ckpt.read(stock_path).assert_consumed()))
+        if not last:  # dirty pages of deleted files need no writeback
+            for path in glob.glob(table_path + "*") + glob.glob(stock_path + "*"):
+                os.remove(path)
+    for name, results in runs.items():
+        record[f"{name}_first_s"] = results[0][f"{name}_s"]
+        record.update(sorted(results, key=lambda r: r[f"{name}_s"])[len(results) // 2])
     got = table.find(expected.keys)
     record["restored_rows_equal"] = bool(table.shard_sizes() == shard_rows and
                                          np.array_equal(got.numpy(), expected.values.numpy()))
