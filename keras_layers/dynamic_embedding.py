@@ -11,6 +11,7 @@ from tfps import optimizer_bridge
 from tfps import optimizers as optimizers_lib
 from tfps import stock_ops
 from tfps.sharded_table import ShardedTable
+from tfps.table import TableRows
 
 try:
     from tensorflow.python.eager.record import could_possibly_record
@@ -21,6 +22,7 @@ COMBINERS = (None, "sum", "mean", "sqrtn")
 UNSEEN = ("zeros", "initial")
 
 
+@keras.utils.register_keras_serializable(package="tfps")
 class DynamicEmbedding(keras.layers.Layer):
     """Embeds 64-bit IDs with a dynamic table sharded over the parameter servers.
 
@@ -223,6 +225,34 @@ class DynamicEmbedding(keras.layers.Layer):
         if self.combiner is None:
             return input_shape.concatenate([self.dim])
         return input_shape[:-1].concatenate([self.dim])
+
+    # The .keras format: Keras hands each layer an entry of the archive's weights file.
+    # The table's rows go there whole, through this process, beside the proxy variable;
+    # tables larger than memory belong in tf.train.Checkpoint, which every PS writes itself.
+    _ROW_FIELDS = tuple(f"table_{field}" for field in TableRows._fields)
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        rows = self.table.export()
+        for name, tensor in zip(self._ROW_FIELDS, rows):
+            store[name] = tensor.numpy()
+        store["table_clock"] = tf.reduce_max(self.table.clocks()).numpy()
+
+    def load_own_variables(self, store):
+        missing = [name for name in self._ROW_FIELDS + ("table_clock",) if name not in store.keys()]
+        if missing:
+            raise ValueError(f"DynamicEmbedding '{self.name}': the saved layer has no table rows "
+                             f"({', '.join(missing)} missing); it was not saved by this tfps layer")
+        rows = TableRows(*(tf.constant(store[name][...]) for name in self._ROW_FIELDS))
+        if rows.values.shape[1:] != (self.dim,) or rows.slots.shape[1:] != (self.table.num_slots, self.dim):
+            raise ValueError(
+                f"DynamicEmbedding '{self.name}': the saved table has rows {rows.values.shape[1:]} and "
+                f"slots {rows.slots.shape[1:]}, but this layer has dim {self.dim} and "
+                f"{self.table.num_slots} optimizer slots ({self.optimizer!r})")
+        self.table_proxy.assign(tf.constant(store["0"][...]))
+        self.table.clear()
+        self.table.import_rows(rows)
+        self.table.set_clocks(tf.constant(store["table_clock"][...], tf.int64))
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "combiner": self.combiner,

@@ -123,6 +123,37 @@ def test_float16_values_halve_the_rows(trained, tmp_path):
                                trained.predict(test, verbose=0), atol=2e-3)
 
 
+def test_missing_parent_directories_are_created(trained, tmp_path):
+    report = tfps.export.save_for_serving(trained, str(tmp_path / "exports" / "ctr" / "1"))
+    assert os.path.isfile(os.path.join(report["export_dir"], "saved_model.pb"))
+
+
+def test_float16_refuses_rows_beyond_its_range_and_writes_nothing(tmp_path):
+    ids = keras.Input((), dtype=tf.int64)
+    layer = DynamicEmbedding(2, name="big_rows")
+    model = keras.Model(ids, keras.layers.Dense(1)(layer(ids)))
+    layer.table.insert(tf.constant([1, 2], tf.int64), tf.constant([[1.0, 2.0], [7e4, -3.0]]))
+    with pytest.raises(ValueError, match=r"float16 cannot hold the rows of 'big_rows' .* 70000"):
+        tfps.export.save_for_serving(model, str(tmp_path / "f16"), value_dtype="float16")
+    assert not os.listdir(tmp_path)
+
+
+def test_outputs_keep_the_model_output_names(tmp_path):
+    ids = keras.Input((), dtype=tf.int64, name="ids")
+    rows = DynamicEmbedding(3, name="emb")(ids)
+    ctr = keras.layers.Dense(1, activation="sigmoid", name="ctr")(rows)
+    cvr = keras.layers.Dense(1, activation="sigmoid", name="cvr")(rows)
+    model = keras.Model(ids, [ctr, cvr])
+    model(tf.constant([1, 2, 3], tf.int64), training=True)
+    report = tfps.export.save_for_serving(model, str(tmp_path / "two_heads"))
+    serve = tf.saved_model.load(report["export_dir"]).signatures["serving_default"]
+    outputs = serve(ids=tf.constant([1, 2, 9], tf.int64))
+    assert sorted(outputs) == ["ctr", "cvr"]
+    expected = model.predict(np.array([1, 2, 9]), verbose=0)
+    np.testing.assert_allclose(outputs["ctr"].numpy(), expected[0], atol=1e-6)
+    np.testing.assert_allclose(outputs["cvr"].numpy(), expected[1], atol=1e-6)
+
+
 def test_bad_exports_fail_clearly_and_never_leave_a_partial_export(trained, tmp_path, monkeypatch):
     existing = tmp_path / "existing"
     existing.mkdir()

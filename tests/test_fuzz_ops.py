@@ -134,6 +134,11 @@ CASES = [
     lambda: ops.tfps_group_auc_sum(hist.handle, num_buckets=8),
     lambda: ops.tfps_group_auc_sum(groups, num_buckets=-8),
     lambda: ops.tfps_group_auc_sum(groups, num_buckets=8),
+    # the table's clock
+    lambda: ops.tfps_table_set_clock(table, -1),
+    lambda: ops.tfps_table_set_clock(table, tf.constant([1, 2], I64)),
+    lambda: ops.tfps_table_clock(hist.handle),
+    lambda: ops.tfps_table_clock(table),
 ]
 '''
 
@@ -175,7 +180,7 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     total = int([line for line in lines if line.startswith("done")][0].split()[1])
     assert sorted(outcomes) == list(range(total))
     # Cases that are wrong by construction must fail, not pass silently.
-    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79):
+    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 81, 82, 83):
         assert outcomes[i] == "error", f"case {i} was accepted"
-    for i in (76, 80):  # an empty update, a sum of the groups seen
+    for i in (76, 80, 84):  # an empty update, a sum of the groups seen, a clock read
         assert outcomes[i] == "ok", f"case {i} was refused"

@@ -15,6 +15,7 @@ from tfps import data
 from tfps import distribute
 from tfps import export
 from tfps import initializers
+from tfps import keras_saving
 from tfps import keras_layers
 from tfps import metrics
 from tfps import optimizer_bridge
@@ -23,6 +24,7 @@ from tfps.table import DynamicTable, TableRows
 
 checkpoint.install()
 optimizer_bridge.install()
+keras_saving.install()
 
 __version__ = "0.1.0"
 

@@ -161,4 +161,7 @@ def install():
 
 
 def _is_table(trackable):
-    return isinstance(trackable, (ShardedTable, DynamicTable))
+    """A table that saves its own rows: a ShardedTable, or a DynamicTable of its own (a
+    ShardedTable's saver writes its shards)."""
+    return isinstance(trackable, ShardedTable) or (
+        isinstance(trackable, DynamicTable) and not trackable.in_sharded_table)

@@ -74,10 +74,25 @@ def freeze(layer, min_count=None, value_dtype=None):
             if min_count is not None:
                 keep = rows.metadata[:, 0] >= min_count
                 keys, values = tf.boolean_mask(keys, keep), tf.boolean_mask(values, keep)
+            if value_dtype == tf.float16:
+                _check_float16_range(layer.name, i, values)
             order = tf.argsort(keys, stable=True)
             frozen.append(FrozenTable(tf.gather(keys, order), tf.cast(tf.gather(values, order), value_dtype),
                                       name=f"{layer.name}_frozen{i}"))
     return ShardedFrozenTable(frozen, name=f"{layer.name}_frozen")
+
+
+_FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def _check_float16_range(layer_name, shard, values):
+    """Refuses rows float16 would serve as inf, before anything is written."""
+    largest = float(tf.reduce_max(tf.abs(values))) if tf.size(values) > 0 else 0.0
+    if largest > _FLOAT16_MAX:
+        raise ValueError(
+            f"save_for_serving: value_dtype=float16 cannot hold the rows of '{layer_name}' "
+            f"(shard {shard} has a value of magnitude {largest:g}, beyond float16's "
+            f"{_FLOAT16_MAX:g}, which would be served as inf); export in float32")
 
 
 def _dynamic_embeddings(model):
@@ -100,6 +115,17 @@ def _input_signature(model, signatures):
     return [specs[0]] if len(specs) == 1 else [specs]
 
 
+def _named_outputs(model, outputs):
+    """Outputs keyed by the model's output names (a signature would call them output_0, ...)."""
+    if isinstance(outputs, dict):
+        return outputs
+    names = list(getattr(model, "output_names", None) or [])
+    flat = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    if len(names) != len(flat) or len(set(names)) != len(names):
+        return outputs
+    return dict(zip(names, flat))
+
+
 class _ServingModule(tf.Module):
     pass
 
@@ -110,7 +136,8 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
     Args:
       model: a tf_keras model with DynamicEmbedding layers (trained locally or under
         ParameterServerStrategy).
-      export_dir: a directory that must not exist yet; it appears only when complete.
+      export_dir: a directory that must not exist yet (missing parents are created); it
+        appears only when complete.
       min_count: keep only rows whose occurrence count is >= min_count; pruned IDs serve
         the layer's inference default (zeros, or the initial value).
       value_dtype: float32 (default) or float16 storage of the frozen rows.
@@ -134,10 +161,11 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
 
     @tf.function(input_signature=signature)
     def serve(inputs):
-        return model(inputs, training=False)
+        return _named_outputs(model, model(inputs, training=False))
 
     tmp = os.path.join(parent, f".{os.path.basename(export_dir)}.tmp-{uuid.uuid4().hex}")
     try:
+        os.makedirs(parent, exist_ok=True)
         os.mkdir(tmp)
     except OSError as e:
         raise PermissionError(f"save_for_serving: cannot write into {parent}: {e}") from e

@@ -105,6 +105,7 @@ def _buckets_per_octave(owner, num_buckets, octaves):
     return int(per_octave)
 
 
+@keras.utils.register_keras_serializable(package="tfps")
 class AUC(keras.metrics.Metric):
     """Area under the ROC or PR curve from fine prediction histograms.
 
@@ -194,6 +195,7 @@ class AUC(keras.metrics.Metric):
                 "octaves": self.octaves}
 
 
+@keras.utils.register_keras_serializable(package="tfps")
 class BinaryLogLoss(keras.metrics.Metric):
     """Weighted mean binary cross-entropy of probabilities, clipped to [eps, 1 - eps]."""
 
@@ -225,6 +227,7 @@ class BinaryLogLoss(keras.metrics.Metric):
         return {**super().get_config(), "epsilon": self.epsilon}
 
 
+@keras.utils.register_keras_serializable(package="tfps")
 class CalibrationRatio(keras.metrics.Metric):
     """Mean prediction divided by the observed positive rate (1.0 is calibrated; 0 when
     there are no positives)."""
@@ -256,6 +259,7 @@ def _example_weights(sample_weight, y_pred):
     return tf.reshape(tf.broadcast_to(tf.cast(sample_weight, tf.float32), tf.shape(y_pred)), [-1])
 
 
+@keras.utils.register_keras_serializable(package="tfps")
 class GroupAUC(keras.metrics.Metric):
     """Impression-weighted mean of per-group ROC AUCs (GAUC, e.g. per user), over 64-bit
     group keys, summed over all workers.
@@ -366,6 +370,7 @@ def _current_graph():
     return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
 
 
+@keras.utils.register_keras_serializable(package="tfps")
 class FeedGroups(keras.layers.Layer):
     """Passes predictions through unchanged and hands each GroupAUC the batch's groups, so a
     GroupAUC works in `compile(metrics=...)`: `p = FeedGroups(gauc)([p, inputs["user_id"]])`.

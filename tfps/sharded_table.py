@@ -1,9 +1,13 @@
 """A dynamic table split into shards, one per parameter-server task."""
 
 import tensorflow as tf
+from tensorflow.python.saved_model import registration
+from tensorflow.python.trackable import base as trackable_base
 
 from tfps import keys as keys_lib
-from tfps.table import DynamicTable, TableRows
+from tfps.table import DynamicTable, TableRows, config_from_proto, config_proto
+
+_SHARD_PREFIX = "shard_"
 
 
 def parameter_server_devices(strategy=None):
@@ -18,6 +22,7 @@ def parameter_server_devices(strategy=None):
     return [None]
 
 
+@registration.register_serializable(package="tfps", name="ShardedTable")
 class ShardedTable(tf.__internal__.tracking.Trackable):
     """One DynamicTable per device; keys go to shard `keys.shard_of(key, num_shards)`.
 
@@ -41,8 +46,38 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
             with tf.init_scope(), tf.device(device):
                 self._shards.append(DynamicTable(dim, optimizer=optimizer, initializer=initializer,
                                                  seed=seed, name=f"{name}_shard{i}"))
+        for shard in self._shards:
+            shard.in_sharded_table = True
         self._dim = dim
         self._name = name
+
+    # In a SavedModel the shards are the table's children, so that the functions that use
+    # them find their resources; a checkpoint has none, since the table's saver
+    # (tfps.checkpoint) writes every shard's rows and restores them into any number of shards.
+    def _trackable_children(self, save_type=trackable_base.SaveType.CHECKPOINT, **kwargs):
+        if save_type != trackable_base.SaveType.SAVEDMODEL:
+            return {}
+        return {f"{_SHARD_PREFIX}{i}": shard for i, shard in enumerate(self._shards)}
+
+    def _lookup_dependency(self, name, cached_dependencies=None):
+        index = name[len(_SHARD_PREFIX):] if name.startswith(_SHARD_PREFIX) else ""
+        return self._shards[int(index)] if index.isdigit() and int(index) < len(self._shards) else None
+
+    def _add_trackable_child(self, name, value):
+        # A SavedModel being loaded hands back its shards; a table that has its own (a
+        # Keras layer rebuilt from its config) keeps them, and the rows come from the saver.
+        if name.startswith(_SHARD_PREFIX) and int(name[len(_SHARD_PREFIX):]) == len(self._shards):
+            value.in_sharded_table = True
+            self._shards.append(value)
+            self._devices.append(None)
+
+    def _serialize_to_proto(self, object_proto=None, **kwargs):
+        return config_proto({"dim": self._dim, "name": self._name})
+
+    @classmethod
+    def _deserialize_from_proto(cls, proto=None, **kwargs):
+        config = config_from_proto(proto, "ShardedTable")
+        return cls(config["dim"], name=config["name"], devices=[])
 
     @property
     def dim(self):
@@ -129,6 +164,14 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
 
     def clear(self):
         return tf.group([table.clear() for table in self._shards])
+
+    def clocks(self):
+        """Each shard's clock (int64 [num_shards]): its count of apply_gradients calls."""
+        return tf.stack([table.clock() for table in self._shards])
+
+    def set_clocks(self, clock):
+        """Sets every shard's clock to `clock` (a scalar: the latest of a saved table's)."""
+        return tf.group([table.set_clock(clock) for table in self._shards])
 
     def export(self):
         """Every row of every shard as one TableRows."""

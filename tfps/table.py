@@ -2,9 +2,12 @@
 
 import collections
 import itertools
+import json
 import os
 
 import tensorflow as tf
+from google.protobuf import wrappers_pb2
+from tensorflow.python.saved_model import registration
 
 from tfps import arguments
 from tfps import initializers as initializers_lib
@@ -22,6 +25,20 @@ _INT64_MAX = (1 << 63) - 1
 _table_ids = itertools.count()
 
 
+def config_proto(config):
+    """A SavedModel's record of a table's constructor arguments (JSON in a StringValue)."""
+    return wrappers_pb2.StringValue(value=json.dumps(config, sort_keys=True))
+
+
+def config_from_proto(proto, what):
+    if not proto.Is(wrappers_pb2.StringValue.DESCRIPTOR):
+        raise ValueError(f"tfps: the SavedModel's {what} holds no tfps configuration")
+    unpacked = wrappers_pb2.StringValue()
+    proto.Unpack(unpacked)
+    return json.loads(unpacked.value)
+
+
+@registration.register_serializable(package="tfps", name="DynamicTable")
 class DynamicTable(tf.saved_model.experimental.TrackableResource):
     """Maps 64-bit keys to float rows; grows as keys arrive; applies its own optimizer.
 
@@ -55,6 +72,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             huge_pages = os.environ.get("TFPS_HUGE_PAGES", "0") == "1"
         self._huge_pages = bool(huge_pages)
         self._shared_name = f"{name}_{next(_table_ids)}_{id(self):x}"
+        # A shard of a ShardedTable, whose checkpoint saver writes this table's rows.
+        self.in_sharded_table = False
         super().__init__()
         with tf.init_scope():
             self._resource_handle = self._create_resource()
@@ -94,6 +113,21 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             seed=self._seed,
             huge_pages=self._huge_pages,
             shared_name=self._shared_name)
+
+    def get_config(self):
+        return {"dim": self._dim, "optimizer": optimizers_lib.serialize(self._optimizer),
+                "initializer": initializers_lib.serialize(self._initializer), "seed": self._seed,
+                "name": self._name, "huge_pages": self._huge_pages}
+
+    # A SavedModel revives the table from its arguments, so that loading needs tfps's
+    # Python classes (whose ops the table's functions use anyway) and not a traced create
+    # function; the rows come back through the checkpoint (tfps.checkpoint).
+    def _serialize_to_proto(self, object_proto=None, **kwargs):
+        return config_proto(self.get_config())
+
+    @classmethod
+    def _deserialize_from_proto(cls, proto=None, **kwargs):
+        return cls(**config_from_proto(proto, "DynamicTable"))
 
     def _destroy_resource(self):
         # Without this, an eager table would live in the resource manager until the
@@ -153,6 +187,14 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
     def size(self):
         """Number of keys (int64 scalar)."""
         return ops.tfps_table_size(self.resource_handle)
+
+    def clock(self):
+        """How many apply_gradients calls the table has run: the step it records for a
+        negative `step` (int64 scalar). Saved and restored with the rows."""
+        return ops.tfps_table_clock(self.resource_handle)
+
+    def set_clock(self, clock):
+        return ops.tfps_table_set_clock(self.resource_handle, tf.cast(clock, tf.int64))
 
     def clear(self):
         return ops.tfps_table_clear(self.resource_handle)

@@ -226,6 +226,28 @@ class TableSizeOp : public TableOpKernel {
   }
 };
 
+class TableClockOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
+    Tensor* clock = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &clock));
+    clock->scalar<int64_t>()() = table.ApplyCalls();
+  }
+};
+
+class TableSetClockOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
+    int64_t clock = 0;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, "clock", &clock));
+    OP_REQUIRES(ctx, clock >= 0, absl::InvalidArgumentError(absl::StrCat(
+                                     "Tfps>TableSetClock: clock must be >= 0, got ", clock)));
+    table.SetApplyCalls(clock);
+  }
+};
+
 class TableClearOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
@@ -326,6 +348,8 @@ TFPS_REGISTER_KEYED("Tfps>TableInsert", TableInsertOp);
 TFPS_REGISTER_KEYED("Tfps>TableRemove", TableRemoveOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableSize").Device(DEVICE_CPU), TableSizeOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableClear").Device(DEVICE_CPU), TableClearOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableClock").Device(DEVICE_CPU), TableClockOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableSetClock").Device(DEVICE_CPU), TableSetClockOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableExport").Device(DEVICE_CPU), TableExportOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableImport").Device(DEVICE_CPU), TableImportOp);
 

@@ -135,6 +135,25 @@ REGISTER_OP("Tfps>TableSize")
       return absl::OkStatus();
     });
 
+// The table's clock: how many ApplyGradients calls it has run (the step a negative step
+// records). Checkpoints carry it in their files; other copies of a table use these.
+REGISTER_OP("Tfps>TableClock")
+    .Input("table_handle: resource")
+    .Output("clock: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("Tfps>TableSetClock")
+    .Input("table_handle: resource")
+    .Input("clock: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      return ScalarInput(c, 1);
+    });
+
 REGISTER_OP("Tfps>TableClear")
     .Input("table_handle: resource")
     .SetShapeFn([](InferenceContext* c) { return ScalarInput(c, 0); });

@@ -1,0 +1,81 @@
+"""What Keras' own save paths do with dynamic tables.
+
+The `.keras` format and TF-format weights/checkpoints carry every row (the layer writes its
+table into the archive; tfps.checkpoint streams it from each parameter server). Two older
+paths cannot: HDF5 files hold only a layer's variables, and `get_weights` / `set_weights`
+trade in those variables as NumPy arrays. tfps makes the first refuse, before any file is
+written, and the second warn, since silently dropping a model's embeddings is the worst
+outcome of either. Installed once, when tfps is imported.
+"""
+
+import functools
+import warnings
+
+_PATCHED_ATTRIBUTE = "_tfps_table_aware"
+
+
+def tables_of(model):
+    """The names of the DynamicEmbedding layers in a model (nested models included)."""
+    from tfps.keras_layers import DynamicEmbedding
+    layers = model._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
+    return [layer.name for layer in layers if isinstance(layer, DynamicEmbedding)]
+
+
+def _writes_hdf5(filepath, save_format):
+    """Whether a legacy save of `filepath` writes HDF5, by tf_keras' own rule."""
+    if save_format is not None:
+        return str(save_format).lower().strip() in ("h5", "hdf5", "keras")
+    if type(filepath).__module__.startswith("h5py"):
+        return True
+    return str(filepath).endswith((".h5", ".hdf5", ".keras"))
+
+
+def _refusing_hdf5(save, what):
+    @functools.wraps(save)
+    def save_checked(model, filepath, *args, **kwargs):
+        save_format = kwargs.get("save_format")
+        if save_format is None:  # positional: save_model(.., overwrite, include_optimizer,
+            position = 2 if save.__name__ == "save_model" else 1  # save_format); save_weights(.., overwrite, save_format)
+            save_format = args[position] if len(args) > position else None
+        tables = tables_of(model) if _writes_hdf5(filepath, save_format) else []
+        if tables:
+            raise ValueError(
+                f"tfps: {what} in HDF5 ('{filepath}') cannot hold the rows of the dynamic "
+                f"tables of {', '.join(tables)}; nothing was written. Save in the .keras format "
+                "(model.save('m.keras'), model.save_weights('m.weights.h5')), as a SavedModel "
+                "directory, or as TF-format weights (model.save_weights('ckpt/weights'), "
+                "tf.train.Checkpoint): each carries every row.")
+        return save(model, filepath, *args, **kwargs)
+    setattr(save_checked, _PATCHED_ATTRIBUTE, True)
+    return save_checked
+
+
+def _warning(method, what):
+    @functools.wraps(method)
+    def warned(self, *args, **kwargs):
+        tables = tables_of(self)
+        if tables:
+            warnings.warn(
+                f"tfps: Model.{method.__name__} {what} the variables only, not the rows of the "
+                f"dynamic tables of {', '.join(tables)}. To copy or keep a whole model use "
+                "tf.train.Checkpoint or model.save / save_weights in the .keras or TF format "
+                "(EarlyStopping(restore_best_weights=True) and clone_model + set_weights "
+                "restore the dense layers only).", UserWarning, stacklevel=2)
+        return method(self, *args, **kwargs)
+    setattr(warned, _PATCHED_ATTRIBUTE, True)
+    return warned
+
+
+def install():
+    """Makes HDF5 saving refuse, and get/set_weights warn, for models with tables (idempotent)."""
+    import tf_keras
+    from tf_keras.src.saving.legacy import save as legacy_save
+
+    for name, what in (("save_model", "a model saved"), ("save_weights", "weights saved")):
+        original = getattr(legacy_save, name)
+        if not getattr(original, _PATCHED_ATTRIBUTE, False):
+            setattr(legacy_save, name, _refusing_hdf5(original, what))
+    for name, what in (("get_weights", "returns"), ("set_weights", "sets")):
+        original = getattr(tf_keras.Model, name)
+        if not getattr(original, _PATCHED_ATTRIBUTE, False):
+            setattr(tf_keras.Model, name, _warning(original, what))
