@@ -206,10 +206,12 @@ class DynamicEmbedding(keras.layers.Layer):
 
         return rows_of_table(rows)
 
-    def apply_table_gradient(self, gradient, unique):
-        """Applies the proxy's gradient (IndexedSlices over keys) to the table; called by the
+    def apply_table_gradient(self, gradient, unique, iterations):
+        """Applies the proxy's gradient (IndexedSlices over keys) to the table at the table
+        optimizer's learning rate for the Keras optimizer's step `iterations`; called by the
         Keras optimizer's apply step through tfps.optimizer_bridge."""
-        return optimizer_bridge.apply_to_table(self.table, gradient, unique)
+        return optimizer_bridge.apply_to_table(self.table, gradient, unique,
+                                               self.optimizer.learning_rate_at(iterations))
 
     def _combine(self, rows, segment_ids, num_segments):
         summed = tf.math.unsorted_segment_sum(rows, segment_ids, num_segments)

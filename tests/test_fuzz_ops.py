@@ -39,14 +39,14 @@ CASES = [
     lambda: ops.tfps_table_find_or_insert(keys2, keys2, dim=2),
     lambda: ops.tfps_table_find(hist.handle, keys2, dim=2),
     # apply_gradients
-    lambda: ops.tfps_table_apply_gradients(table, keys2, tf.ones([3, 2]), 0, dim=2),
-    lambda: ops.tfps_table_apply_gradients(table, keys2, tf.ones([2]), 0, dim=2),
-    lambda: ops.tfps_table_apply_gradients(table, scalar_key, tf.ones([1, 2]), 0, dim=2),
-    lambda: ops.tfps_table_apply_gradients(table, keys2, tf.fill([2, 2], nan), 0, dim=2),
-    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, tf.constant([1, 2], I64), dim=2),
-    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, -5, dim=2),
-    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, big, dim=2),
-    lambda: ops.tfps_table_apply_gradients(table, tf.zeros([0], I64), tf.zeros([0, 2]), 0, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, tf.ones([3, 2]), 0, -1.0, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, tf.ones([2]), 0, -1.0, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, scalar_key, tf.ones([1, 2]), 0, -1.0, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, tf.fill([2, 2], nan), 0, -1.0, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, tf.constant([1, 2], I64), -1.0, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, -5, -1.0, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, big, -1.0, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, tf.zeros([0], I64), tf.zeros([0, 2]), 0, -1.0, dim=2),
     # insert / remove / import
     lambda: ops.tfps_table_insert(table, keys2, tf.ones([2, 3]), dim=2),
     lambda: ops.tfps_table_insert(table, tf.zeros([2, 2], I64), rows2, dim=2),
@@ -139,6 +139,11 @@ CASES = [
     lambda: ops.tfps_table_set_clock(table, tf.constant([1, 2], I64)),
     lambda: ops.tfps_table_clock(hist.handle),
     lambda: ops.tfps_table_clock(table),
+    # a learning rate per call
+    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, 0, nan, dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, 0, tf.ones([2]), dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, 0, float("inf"), dim=2),
+    lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, 0, 0.5, dim=2),
 ]
 '''
 
@@ -180,7 +185,7 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     total = int([line for line in lines if line.startswith("done")][0].split()[1])
     assert sorted(outcomes) == list(range(total))
     # Cases that are wrong by construction must fail, not pass silently.
-    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 81, 82, 83):
+    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 81, 82, 83, 85, 86, 87):
         assert outcomes[i] == "error", f"case {i} was accepted"
-    for i in (76, 80, 84):  # an empty update, a sum of the groups seen, a clock read
+    for i in (76, 80, 84, 88):  # an empty update, a sum of the groups seen, a clock read, a rate
         assert outcomes[i] == "ok", f"case {i} was refused"

@@ -33,19 +33,21 @@ def data():
     return ids, labels
 
 
-def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed):
+def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=None):
     """Rows, slots and per-row step counts after STEPS of: prediction = (sum of the row of
     each field's ID) . kernel + bias, loss = mean squared error, the table optimizer on rows
-    and SGD on kernel and bias. Float64."""
+    (at learning rate table_lr_at(step), if given) and SGD on kernel and bias. Float64."""
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
     row_optimizer = RowOptimizer(optimizer_name, DIM, hp.pop("lr"), **hp)
+    fixed_lr = row_optimizer.lr
     rows = {int(k): initial_row(int(k), DIM, seed, "uniform", -0.05, 0.05).astype(np.float64)
             for k in VOCAB}
     slots = {k: row_optimizer.initial_slots() for k in rows}
     steps = {k: 0 for k in rows}
     kernel, bias = kernel.astype(np.float64).copy(), float(bias)
-    for batch_ids, y in zip(ids, labels):
+    for step, (batch_ids, y) in enumerate(zip(ids, labels)):
+        row_optimizer.lr = table_lr_at(step) if table_lr_at is not None else fixed_lr
         summed = np.stack([sum(rows[int(k)] for k in example) for example in batch_ids])
         residual = 2.0 * (summed @ kernel + bias - y) / len(y)
         row_gradients = {}
@@ -60,12 +62,13 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed):
     return rows, slots, steps, kernel
 
 
-def build_model(optimizer_name):
+def build_model(optimizer_name, table_optimizer=None):
     ids = keras.Input((FIELDS,), dtype=tf.int64)
     # A fixed seed: the default derives from the layer's name, which depends on how many
     # layers the process made before.
-    layer = tfps.keras_layers.DynamicEmbedding(DIM, combiner="sum", seed=11,
-                                               optimizer=TABLE_OPTIMIZERS[optimizer_name][0]())
+    layer = tfps.keras_layers.DynamicEmbedding(
+        DIM, combiner="sum", seed=11,
+        optimizer=table_optimizer or TABLE_OPTIMIZERS[optimizer_name][0]())
     head = keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant([0.5, -0.3, 0.8]),
                               bias_initializer="zeros")
     model = keras.Model(ids, tf.squeeze(head(layer(ids)), -1))
@@ -110,8 +113,9 @@ def train(mode, model, optimizer, ids, labels):
         raise ValueError(mode)
 
 
-def check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0):
-    rows, slots, steps, kernel = numpy_oracle(optimizer_name, ids, labels, kernel0, 0.0, layer.seed)
+def check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0, table_lr_at=None):
+    rows, slots, steps, kernel = numpy_oracle(optimizer_name, ids, labels, kernel0, 0.0, layer.seed,
+                                              table_lr_at)
     exported = layer.table.export()
     order = np.argsort(exported.keys.numpy())
     keys = exported.keys.numpy()[order]
@@ -153,3 +157,56 @@ def test_each_table_optimizer_follows_its_oracle_inside_loops(optimizer_name, mo
     kernel0 = head.kernel.numpy()[:, 0].copy()
     train(mode, model, KERAS_SGD["current"](), ids, labels)
     check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0)
+
+
+# ExponentialDecay(0.3, 4, 0.5): the table's rate halves every 4 Keras optimizer steps.
+def _decaying():
+    return keras.optimizers.schedules.ExponentialDecay(0.3, decay_steps=4, decay_rate=0.5)
+
+
+def _decaying_rate(step):
+    return 0.3 * 0.5 ** (step / 4)
+
+
+@pytest.mark.parametrize("mode", ["eager", "range_loop", "fit", "fit_spe10"])
+@pytest.mark.parametrize("optimizer_name", ["adagrad", "ftrl"])
+def test_a_learning_rate_schedule_is_evaluated_on_the_keras_optimizer_step(optimizer_name, mode):
+    ids, labels = data()
+    hp = dict(TABLE_OPTIMIZERS[optimizer_name][1])
+    hp.pop("lr")
+    table_optimizer = (tfps.optimizers.Adagrad(_decaying()) if optimizer_name == "adagrad" else
+                       tfps.optimizers.Ftrl(_decaying(), l1_regularization_strength=hp["l1"],
+                                            l2_regularization_strength=hp["l2"]))
+    model, layer, head = build_model(optimizer_name, table_optimizer)
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD["current"](), ids, labels)
+    check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0, _decaying_rate)
+
+
+def test_a_learning_rate_variable_changed_by_a_callback_takes_effect_from_the_next_step():
+    ids, labels = data()
+    rate = tf.Variable(0.2)
+
+    class LowerTheRate(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 10:
+                rate.assign(0.02)
+
+    model, layer, head = build_model("adagrad", tfps.optimizers.Adagrad(rate))
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    model.compile(optimizer=KERAS_SGD["current"](), loss="mse")
+    model.fit(ids.reshape(-1, FIELDS), labels.reshape(-1), batch_size=BATCH, shuffle=False, epochs=1,
+              verbose=0, callbacks=[LowerTheRate()])
+    check_against_oracle(layer, head, "adagrad", ids, labels, kernel0, lambda step: 0.2 if step < 10 else 0.02)
+
+
+def test_learning_rate_schedules_round_trip_through_config_and_refuse_what_cannot_work():
+    optimizer = tfps.optimizers.Adam(_decaying())
+    clone = tfps.optimizers.get(tfps.optimizers.serialize(optimizer))
+    assert clone == optimizer and clone.learning_rate == pytest.approx(0.3)
+    assert float(clone.learning_rate_at(tf.constant(8))) == pytest.approx(0.075)
+    assert tfps.optimizers.SGD(0.1).learning_rate_at(tf.constant(3)) is None
+    with pytest.raises(ValueError, match="beta folds into l2"):
+        tfps.optimizers.Ftrl(_decaying(), beta=0.1)
+    with pytest.raises(ValueError, match="learning_rate must be a positive number"):
+        tfps.optimizers.SGD(tf.Variable(-1.0))

@@ -30,7 +30,7 @@ _PATCHED_ATTRIBUTE = "_tfps_bridged"
 
 def register_proxy(proxy, owner):
     """Marks `proxy` as the table proxy of `owner`, which has `apply_table_gradient(slices,
-    unique)`. The proxy holds the owner weakly, so the layer and its table can be freed."""
+    unique, iterations)`. The proxy holds the owner weakly, so the layer and its table can be freed."""
     setattr(proxy, _OWNER_ATTRIBUTE, weakref.ref(owner))
 
 
@@ -55,8 +55,9 @@ def owner_of(variable):
     return ref() if ref is not None else None
 
 
-def apply_to_table(table, gradient, unique):
-    """Applies IndexedSlices over table keys to `table`: each key once, its slices summed.
+def apply_to_table(table, gradient, unique, learning_rate=None):
+    """Applies IndexedSlices over table keys to `table`: each key once, its slices summed,
+    at `learning_rate` (None: the table's optimizer's own).
 
     unique: the optimizer has already summed repeated keys (the current tf_keras optimizers
     do, before clipping's results reach the variables).
@@ -70,7 +71,7 @@ def apply_to_table(table, gradient, unique):
     if not unique:
         keys, position = tf.unique(keys, out_idx=tf.int64)
         values = tf.math.unsorted_segment_sum(values, position, tf.size(keys, tf.int64))
-    return table.apply_gradients(keys, values, step=-1)
+    return table.apply_gradients(keys, values, step=-1, learning_rate=learning_rate)
 
 
 def _split_table_pairs(grads_and_vars):
@@ -102,8 +103,10 @@ def _check_current_optimizer(optimizer, table_pairs):
                 "in a table; use an optimizer without use_ema")
 
 
-def _apply_table_pairs(table_pairs, unique):
-    return [owner.apply_table_gradient(gradient, unique=unique)
+def _apply_table_pairs(optimizer, table_pairs, unique):
+    # The Keras optimizer's step, before this apply counts: a schedule of the table's own
+    # optimizer is evaluated where the Keras optimizer evaluates its own.
+    return [owner.apply_table_gradient(gradient, unique=unique, iterations=optimizer.iterations)
             for gradient, _, owner in table_pairs]
 
 
@@ -118,7 +121,7 @@ def _bridged(original, unique, check=None):
             return original(self, distribution, grads_and_vars, *args, **kwargs)
         if check is not None:
             check(self, table_pairs)
-        applied = _apply_table_pairs(table_pairs, unique)
+        applied = _apply_table_pairs(self, table_pairs, unique)
         with tf.control_dependencies(applied):
             return original(self, distribution, others, *args, **kwargs)
 

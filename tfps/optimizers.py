@@ -5,17 +5,39 @@ TensorFlow's formulas: a pre-sized Keras embedding trained with the Keras optimi
 same name and hyperparameters follows the same trajectory.
 """
 
+import tensorflow as tf
+
 from tfps import arguments
 
 
 class SparseOptimizer:
-    """Base: a name the op understands and a flat list of hyperparameters."""
+    """Base: a name the op understands and a flat list of hyperparameters.
+
+    learning_rate: a positive number, a Keras `LearningRateSchedule` (evaluated, like the
+    Keras optimizer's own, on the Keras optimizer's step when a model trains the table), or
+    a `tf.Variable` that a callback may change (create it under the strategy's scope when
+    training under ParameterServerStrategy). The table is created with the rate at step 0
+    (or the variable's value then), which is what direct `table.apply_gradients` calls use.
+    """
 
     op_name = ""
 
     def __init__(self, learning_rate):
-        _check_positive("learning_rate", learning_rate, type(self).__name__)
-        self.learning_rate = float(learning_rate)
+        if isinstance(learning_rate, dict):  # a serialized schedule (get_config)
+            learning_rate = _schedules().deserialize(learning_rate)
+        self._rate = learning_rate if _changes(learning_rate) else None
+        initial = _initial_rate(learning_rate)
+        _check_positive("learning_rate", initial, type(self).__name__)
+        self.learning_rate = float(initial)
+
+    def learning_rate_at(self, iterations):
+        """The learning rate of an apply at Keras optimizer step `iterations` (float32
+        scalar), or None when it is the fixed rate the table was created with."""
+        if self._rate is None:
+            return None
+        if isinstance(self._rate, tf.Variable):
+            return tf.cast(self._rate.read_value(), tf.float32)
+        return tf.cast(self._rate(iterations), tf.float32)
 
     def op_params(self):
         """Hyperparameters after learning_rate, in the order Tfps>TableCreate expects."""
@@ -25,8 +47,13 @@ class SparseOptimizer:
     def num_slots(self):
         return {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}[self.op_name]
 
+    def _rate_config(self):
+        if isinstance(self._rate, _schedules().LearningRateSchedule):
+            return _schedules().serialize(self._rate)
+        return self.learning_rate  # a variable is saved by its value, as Keras does
+
     def get_config(self):
-        return {"learning_rate": self.learning_rate}
+        return {"learning_rate": self._rate_config()}
 
     @classmethod
     def from_config(cls, config):
@@ -38,6 +65,24 @@ class SparseOptimizer:
 
     def __eq__(self, other):
         return type(self) is type(other) and self.get_config() == other.get_config()
+
+
+def _schedules():
+    import tf_keras
+    return tf_keras.optimizers.schedules
+
+
+def _changes(learning_rate):
+    """Whether a learning rate can change while training: a schedule or a variable."""
+    return isinstance(learning_rate, (tf.Variable, _schedules().LearningRateSchedule))
+
+
+def _initial_rate(learning_rate):
+    if isinstance(learning_rate, tf.Variable):
+        return float(learning_rate.numpy())
+    if isinstance(learning_rate, _schedules().LearningRateSchedule):
+        return float(learning_rate(0))
+    return learning_rate
 
 
 class SGD(SparseOptimizer):
@@ -64,7 +109,7 @@ class Adagrad(SparseOptimizer):
         return [self.initial_accumulator_value, self.epsilon]
 
     def get_config(self):
-        return {"learning_rate": self.learning_rate,
+        return {"learning_rate": self._rate_config(),
                 "initial_accumulator_value": self.initial_accumulator_value,
                 "epsilon": self.epsilon}
 
@@ -85,7 +130,7 @@ class Adam(SparseOptimizer):
         return [self.beta_1, self.beta_2, self.epsilon]
 
     def get_config(self):
-        return {"learning_rate": self.learning_rate, "beta_1": self.beta_1,
+        return {"learning_rate": self._rate_config(), "beta_1": self.beta_1,
                 "beta_2": self.beta_2, "epsilon": self.epsilon}
 
 
@@ -106,6 +151,10 @@ class Ftrl(SparseOptimizer):
                         ("beta", beta)):
             if v < 0:
                 raise ValueError(f"Ftrl: {name} must be >= 0, got {v!r}")
+        if beta and self._rate is not None:
+            raise ValueError("Ftrl: beta folds into l2 as beta / (2 * learning_rate), which a "
+                             "changing learning_rate would make stale; use "
+                             "l2_regularization_strength, or a fixed learning_rate, with beta")
         self.learning_rate_power = float(learning_rate_power)
         self.initial_accumulator_value = float(initial_accumulator_value)
         self.l1_regularization_strength = float(l1_regularization_strength)
@@ -118,7 +167,7 @@ class Ftrl(SparseOptimizer):
                 self.learning_rate_power]
 
     def get_config(self):
-        return {"learning_rate": self.learning_rate,
+        return {"learning_rate": self._rate_config(),
                 "learning_rate_power": self.learning_rate_power,
                 "initial_accumulator_value": self.initial_accumulator_value,
                 "l1_regularization_strength": self.l1_regularization_strength,

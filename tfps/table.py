@@ -155,7 +155,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         keys = _as_keys(keys, "find_or_insert")
         return ops.tfps_table_find_or_insert(self.resource_handle, keys, dim=self._dim)
 
-    def apply_gradients(self, keys, gradients, step=0):
+    def apply_gradients(self, keys, gradients, step=0, learning_rate=None):
         """Applies the optimizer to each key's row, atomically per row.
 
         Args:
@@ -163,6 +163,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
           gradients: float32 [n, dim], already summed per key.
           step: int64 scalar recorded as each key's last-seen step; a negative step
             records the table's own count of apply calls instead.
+          learning_rate: float scalar for this call (e.g. a schedule's value); None: the
+            optimizer's learning rate the table was created with.
 
         Raises:
           InvalidArgumentError: if a gradient is NaN or Inf (no row is changed), or shapes
@@ -171,7 +173,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         keys = _as_keys(keys, "apply_gradients")
         gradients = _as_float(gradients, "apply_gradients", "gradients")
         step = tf.cast(step, tf.int64)
-        return ops.tfps_table_apply_gradients(self.resource_handle, keys, gradients, step,
+        rate = tf.constant(-1.0) if learning_rate is None else tf.cast(learning_rate, tf.float32)
+        return ops.tfps_table_apply_gradients(self.resource_handle, keys, gradients, step, rate,
                                               dim=self._dim)
 
     def insert(self, keys, values):

@@ -380,7 +380,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
 }
 
 bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, int64_t step,
-                           const ParallelFor& parallel_for) {
+                           const ParallelFor& parallel_for, float learning_rate) {
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const int64_t total = n * dim;
@@ -393,6 +393,8 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
     }
   });
   if (!finite.load()) return false;
+  OptimizerConfig optimizer = config_.optimizer;
+  if (learning_rate >= 0.0f) optimizer.learning_rate = learning_rate;
   const int64_t call = apply_calls_.fetch_add(1) + 1;
   const uint32_t last_step = ClampToU32(step < 0 ? call : step);
   ForEachStripeGroup(keys, n, 60 + 6 * dim, /*shared_lock=*/false, parallel_for,
@@ -406,7 +408,7 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
         if (*row.optimizer_step != UINT32_MAX) ++*row.optimizer_step;
         opt_step = *row.optimizer_step;
       }
-      ApplyRow(config_.optimizer, dim, grads + i * dim, row.value, row.slots, opt_step);
+      ApplyRow(optimizer, dim, grads + i * dim, row.value, row.slots, opt_step);
       if (row.header->count != UINT32_MAX) ++row.header->count;
       row.header->last_step = last_step;
     }, [&](int64_t j) { PrefetchLines(grads + batch.order[j] * dim, dim * sizeof(float)); });

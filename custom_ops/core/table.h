@@ -104,9 +104,10 @@ class Table {
   // absent keys first; counts one occurrence per key and records `step` as last seen
   // (a negative step stands for this table's own count of ApplyGradients calls).
   // Returns false and changes nothing if any gradient is NaN or infinite. A key repeated
-  // in one call is updated once per occurrence, in input order.
+  // in one call is updated once per occurrence, in input order. A learning_rate >= 0
+  // replaces the configured one for this call (a schedule's value at this step).
   bool ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, int64_t step,
-                      const ParallelFor& parallel_for);
+                      const ParallelFor& parallel_for, float learning_rate = -1.0f);
 
   // Sets the value of each key (inserting absent keys with fresh slots); slots and
   // metadata of present keys are kept.

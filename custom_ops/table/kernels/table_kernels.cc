@@ -180,8 +180,21 @@ class TableApplyGradientsOp : public TableOpKernel {
     OP_REQUIRES_OK(ctx, CheckRows(keys, grads, "gradients"));
     int64_t step = 0;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, 3, "step", &step));
+    const Tensor& rate = ctx->input(4);
+    OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(rate.shape()),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableApplyGradients: learning_rate must be a scalar, got shape ",
+                    rate.shape().DebugString())));
+    const float learning_rate = rate.scalar<float>()();
+    // FTRL divides by the learning rate; the others take any finite rate (0: no change).
+    const bool ftrl = table.config().optimizer.kind == OptimizerKind::kFtrl;
+    OP_REQUIRES(ctx, std::isfinite(learning_rate) && (learning_rate < 0.0f || !ftrl || learning_rate > 0.0f),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableApplyGradients: learning_rate must be finite", ftrl ? " and > 0 (FTRL)" : "",
+                    " (negative: the table's own), got ", learning_rate, "; no row was updated")));
     const bool applied = table.ApplyGradients(
-        KeyData(keys), keys.NumElements(), grads.flat<float>().data(), step, DeviceParallelFor(ctx));
+        KeyData(keys), keys.NumElements(), grads.flat<float>().data(), step, DeviceParallelFor(ctx),
+        learning_rate);
     OP_REQUIRES(ctx, applied,
                 absl::InvalidArgumentError(
                     "Tfps>TableApplyGradients: gradients contain NaN or Inf; no row was updated"));

@@ -89,16 +89,20 @@ REGISTER_OP("Tfps>TableFindOrInsert")
     .Attr("dim: int >= 1")
     .SetShapeFn(LookupShape);
 
+// learning_rate: the optimizer's learning rate for this call (a schedule's value at this
+// step, or a variable's); negative: the one the table was created with.
 REGISTER_OP("Tfps>TableApplyGradients")
     .Input("table_handle: resource")
     .Input("keys: Tkey")
     .Input("gradients: float")
     .Input("step: int64")
+    .Input("learning_rate: float")
     .Attr("Tkey: {int64, uint64}")
     .Attr("dim: int >= 1")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(ScalarInput(c, 0));
       TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 4));
       return KeyedRows(c, 1, 2);
     });
 
