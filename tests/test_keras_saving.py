@@ -165,3 +165,15 @@ def test_tfps_objects_are_registered_keras_serializables():
     clone = keras.layers.deserialize(keras.layers.serialize(layer))
     assert type(clone) is DynamicEmbedding and clone.get_config() == layer.get_config()
     assert clone.optimizer == layer.optimizer and clone.initializer == layer.initializer
+
+
+def test_summary_lists_each_table_with_its_dim_rows_and_shards(trained):
+    lines = []
+    trained.summary(print_fn=lines.append)
+    tables = lines[lines.index("Dynamic tables (rows live on the parameter servers, not in the counts above):") + 1:]
+    users, items = (trained.get_layer(name).table.size().numpy() for name in ("users", "items"))
+    assert (users, items) == (40, 50)
+    assert tables == [f"  users: dim 4, 40 rows in 1 shard, optimizer Adam(learning_rate=0.05, beta_1=0.9, "
+                      "beta_2=0.999, epsilon=1e-07)",
+                      "  items: dim 4, 50 rows in 1 shard, optimizer Adagrad(learning_rate=0.001, "
+                      "initial_accumulator_value=0.1, epsilon=1e-07)"]

@@ -1,11 +1,12 @@
-"""What Keras' own save paths do with dynamic tables.
+"""What Keras' model-level paths (saving, weights, summary) do with dynamic tables.
 
 The `.keras` format and TF-format weights/checkpoints carry every row (the layer writes its
 table into the archive; tfps.checkpoint streams it from each parameter server). Two older
 paths cannot: HDF5 files hold only a layer's variables, and `get_weights` / `set_weights`
 trade in those variables as NumPy arrays. tfps makes the first refuse, before any file is
 written, and the second warn, since silently dropping a model's embeddings is the worst
-outcome of either. Installed once, when tfps is imported.
+outcome of either. `summary()` ends with each table's dim, rows and shards, which the
+parameter counts (of variables) leave out. Installed once, when tfps is imported.
 """
 
 import functools
@@ -66,8 +67,28 @@ def _warning(method, what):
     return warned
 
 
+def _with_table_lines(summary):
+    @functools.wraps(summary)
+    def summary_with_tables(self, *args, **kwargs):
+        result = summary(self, *args, **kwargs)
+        from tfps.keras_layers import DynamicEmbedding
+        layers = [layer for layer in self._flatten_layers(include_self=False, recursive=True)  # pylint: disable=protected-access
+                  if isinstance(layer, DynamicEmbedding)]
+        if layers:
+            print_fn = kwargs.get("print_fn") or (args[2] if len(args) > 2 else None) or print
+            print_fn("Dynamic tables (rows live on the parameter servers, not in the counts above):")
+            for layer in layers:
+                sizes = layer.table.shard_sizes()
+                print_fn(f"  {layer.name}: dim {layer.dim}, {sum(sizes)} rows in {len(sizes)} "
+                         f"shard{'s' if len(sizes) > 1 else ''}, optimizer {layer.optimizer!r}")
+        return result
+    setattr(summary_with_tables, _PATCHED_ATTRIBUTE, True)
+    return summary_with_tables
+
+
 def install():
-    """Makes HDF5 saving refuse, and get/set_weights warn, for models with tables (idempotent)."""
+    """Makes HDF5 saving refuse, get/set_weights warn and summary list the tables of models
+    with tables (idempotent)."""
     import tf_keras
     from tf_keras.src.saving.legacy import save as legacy_save
 
@@ -75,6 +96,8 @@ def install():
         original = getattr(legacy_save, name)
         if not getattr(original, _PATCHED_ATTRIBUTE, False):
             setattr(legacy_save, name, _refusing_hdf5(original, what))
+    if not getattr(tf_keras.Model.summary, _PATCHED_ATTRIBUTE, False):
+        tf_keras.Model.summary = _with_table_lines(tf_keras.Model.summary)
     for name, what in (("get_weights", "returns"), ("set_weights", "sets")):
         original = getattr(tf_keras.Model, name)
         if not getattr(original, _PATCHED_ATTRIBUTE, False):
