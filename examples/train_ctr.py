@@ -8,7 +8,8 @@ cluster (TF_CONFIG, as tfps-launch or a Kubernetes TFJob sets it): ps and worker
 serve, the chief trains, and an evaluator task (tfps-launch --evaluator, with a shared
 --checkpoint_dir) evaluates each checkpoint the chief writes. Missing data is generated. In a cluster the chief runs a tf.data
 service, so each line is read by exactly one worker per epoch. Logs loss, AUC and
-examples/s per epoch, saves checkpoints, and exports a SavedModel for serving. Training
+examples/s per epoch, evaluates every line of the eval file once (under PSS too) beside the
+best AUC the generated data allows, saves checkpoints, and exports a SavedModel for serving. Training
 backs itself up with tfps.callbacks.IncrementalBackup (--backup_dir), so under
 tfps-launch a run whose parameter server dies restarts and resumes from its last backup.
 """
@@ -22,6 +23,7 @@ import time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
@@ -39,6 +41,7 @@ def dlrm_towers(dense, embedded, dim):
 
 
 def build_model(strategy, dim, learning_rate):
+    clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with strategy.scope():
         dense = keras.Input((tfps.data.NUM_DENSE,), name="dense_features")
         categorical = keras.Input((tfps.data.NUM_CATEGORICAL,), dtype=tf.int64, name="categorical_keys")
@@ -48,7 +51,10 @@ def build_model(strategy, dim, learning_rate):
         model = keras.Model([dense, categorical], dlrm_towers(dense, embedded, dim))
         model.compile(optimizer=keras.optimizers.legacy.Adagrad(learning_rate), loss="binary_crossentropy",
                       metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss(name="log_loss")],
-                      steps_per_execution=10)
+                      steps_per_execution=10,
+                      # Under PSS, evaluate() shards the eval data and visits each batch
+                      # exactly once, whichever worker runs it.
+                      pss_evaluation_shards="auto" if clustered else 0)
     return model
 
 
@@ -82,7 +88,10 @@ def main():
                              "under tfps-launch) resumes from it; '' turns backups off")
     parser.add_argument("--backup_every_steps", type=int, default=0,
                         help="steps between backups (default: a quarter of an epoch)")
-    parser.add_argument("--export_dir", default=None)
+    parser.add_argument("--export_dir", default=None,
+                        help="export a serving SavedModel here, and a few eval examples to "
+                             "EXPORT_DIR.samples.npz (examples/serve_export.py serves them)")
+    parser.add_argument("--tensorboard_dir", default=None, help="write TensorBoard logs here")
     parser.add_argument("--evaluator_timeout", type=float, default=3600,
                         help="an evaluator stops after this many seconds without a new checkpoint")
     args = parser.parse_args()
@@ -103,6 +112,13 @@ def main():
     callbacks = [Throughput(steps * args.batch_size),
                  keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "weights-{epoch:02d}"),
                                                  save_weights_only=True)]
+    if args.tensorboard_dir:
+        try:
+            import tensorboard  # noqa: F401  (tf.summary writes nothing without it)
+            callbacks.append(keras.callbacks.TensorBoard(args.tensorboard_dir, update_freq="epoch"))
+        except ImportError:
+            print("--tensorboard_dir: TensorBoard is not installed (pip install tensorboard); "
+                  "no TensorBoard logs", flush=True)
     if args.backup_dir:
         # Whole every 10th backup, only the rows that changed in between; removed when fit ends.
         callbacks.insert(0, tfps.callbacks.IncrementalBackup(
@@ -115,21 +131,31 @@ def main():
             return data
 
         def eval_data(_=None):
-            return tfps.data.criteo_dataset(eval_files, args.batch_size, repeat=clustered)
+            return tfps.data.criteo_dataset(eval_files, args.batch_size)
 
         if clustered:
             train, evaluate = (keras.utils.experimental.DatasetCreator(f) for f in (train_data, eval_data))
         else:
             train, evaluate = train_data(), eval_data()
         model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
-        eval_rows = sum(1 for f in eval_files for _ in open(f))
-        results = model.evaluate(evaluate, steps=max(1, eval_rows // args.batch_size), return_dict=True, verbose=0)
-    print(f"eval: loss {results['loss']:.4f}  auc {results['auc']:.4f}  log_loss {results['log_loss']:.4f}")
+        # Locally, one pass: steps_per_execution > 1 needs the number of batches.
+        eval_steps = None if clustered else -(-sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
+        results = model.evaluate(evaluate, steps=eval_steps, return_dict=True, verbose=0)
+    # The log loss's total weight is the number of examples evaluated (each weighs 1).
+    evaluated = int(next(m for m in model.metrics if m.name == "log_loss").total_weight.numpy())
+    best = tfps.data.best_auc(eval_files[0]) if len(eval_files) == 1 else None
+    print(f"eval over {evaluated:,} examples: loss {float(results['loss']):.4f}  "
+          f"auc {float(results['auc']):.4f}  log_loss {float(results['log_loss']):.4f}"
+          + (f"  (best achievable on this data: auc {best:.4f}, from the generator's true "
+             "click probabilities)" if best is not None else ""), flush=True)
     print(f"checkpoints in {checkpoint_dir}; table sizes per PS shard: "
           f"{model.get_layer('fields').table.shard_sizes()}", flush=True)
     if args.export_dir:
         report = tfps.export.save_for_serving(model, args.export_dir)
         print(f"exported {report['rows']} rows, {report['bytes']:,} bytes to {report['export_dir']}")
+        features, labels = next(iter(tfps.data.criteo_dataset(eval_files, 8)))
+        np.savez(args.export_dir.rstrip("/") + ".samples.npz", labels=labels.numpy(),
+                 **{name: value.numpy() for name, value in features.items()})
     if clustered:
         os._exit(0)  # the ps and worker tasks are stopped by the launcher
 

@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 TF_VERSION="${TFPS_TF_VERSION:-2.21.0}"
 PY="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
-"$PY" -m pip install -q "tensorflow==${TF_VERSION}" "tf_keras==${TF_VERSION%.*}.*" numpy pytest setuptools wheel
+"$PY" -m pip install -q "tensorflow==${TF_VERSION}" "tf_keras==${TF_VERSION%.*}.*" \
+  "tensorboard==${TF_VERSION%.*}.*" numpy pytest setuptools wheel
 "$PY" -m pip install -q --no-build-isolation -e .

@@ -8,6 +8,7 @@ skipped with a warning naming the file and line, or raise.
 """
 
 import contextlib
+import json
 import os
 import sys
 import uuid
@@ -28,11 +29,12 @@ def write_criteo(directory, num_files=2, rows_per_file=10000, seed=0, vocabulary
     Each field draws power-law IDs (log-uniform ranks up to `vocabulary`); the label is a
     Bernoulli draw from a logistic model of a per-ID effect in 6 fields and two integer
     features, so an AUC well above 0.5 is reachable. About 5% of integers and 3% of
-    categoricals are left empty.
+    categoricals are left empty. The AUC of the true click probabilities, the best any
+    model can reach on a file, goes to BEST_AUC_FILE in the directory (see best_auc).
     """
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
-    paths = []
+    paths, best = [], {}
     for f in range(num_files):
         n = rows_per_file
         ranks = np.floor(np.exp(rng.random((n, NUM_CATEGORICAL)) * np.log(vocabulary))).astype(np.uint64)
@@ -41,7 +43,8 @@ def write_criteo(directory, num_files=2, rows_per_file=10000, seed=0, vocabulary
         effect = np.sin(ranks[:, :6].astype(np.float64) * 12.9898 + np.arange(6) * 78.233).sum(1)
         ints = rng.poisson(3.0, (n, NUM_DENSE)) * rng.integers(1, 50, (1, NUM_DENSE))
         logit = 1.5 * effect + 0.3 * np.log1p(ints[:, 0]) - 0.4 * np.log1p(ints[:, 1]) - 0.5
-        labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+        probability = 1 / (1 + np.exp(-logit))
+        labels = (rng.random(n) < probability).astype(int)
         empty_int = rng.random((n, NUM_DENSE)) < 0.05
         empty_cat = rng.random((n, NUM_CATEGORICAL)) < 0.03
         path = os.path.join(directory, f"part-{f:05d}.tsv")
@@ -51,7 +54,32 @@ def write_criteo(directory, num_files=2, rows_per_file=10000, seed=0, vocabulary
                 cats = ["" if empty_cat[i, j] else f"{ids[i, j]:08x}" for j in range(NUM_CATEGORICAL)]
                 out.write("\t".join([str(labels[i])] + dense + cats) + "\n")
         paths.append(path)
+        best[os.path.basename(path)] = _roc_auc(labels, probability)
+    with open(os.path.join(directory, BEST_AUC_FILE), "w") as out:
+        json.dump(best, out, indent=1)
     return paths
+
+
+BEST_AUC_FILE = "best_auc.json"
+
+
+def best_auc(path):
+    """The AUC of the true click probabilities of a file write_criteo generated (what the
+    data allows a model to reach), or None for other files."""
+    try:
+        with open(os.path.join(os.path.dirname(path), BEST_AUC_FILE)) as f:
+            return json.load(f).get(os.path.basename(path))
+    except (OSError, ValueError):
+        return None
+
+
+def _roc_auc(labels, scores):
+    """Mann-Whitney AUC of continuous scores (ties have probability zero)."""
+    ranks = np.empty(len(scores))
+    ranks[np.argsort(scores, kind="stable")] = np.arange(1, len(scores) + 1)
+    positives = int(labels.sum())
+    negatives = len(labels) - positives
+    return float((ranks[labels == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
 def parse_lines(lines):
