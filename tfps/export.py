@@ -104,15 +104,46 @@ def _dynamic_embeddings(model):
     return found
 
 
-def _input_signature(model, signatures):
+def _serving_inputs(model, signatures):
+    """(input signature of the serving function, a function from its inputs to the model's).
+
+    Each dense Keras input is one signature input of its name. A ragged input [batch, (k)]
+    becomes NAME_values [n] and NAME_row_splits [batch + 1], a sparse one NAME_indices
+    [n, rank], NAME_values [n] and NAME_dense_shape [rank], rebuilt inside the graph, so no
+    padding ever reaches a combiner (a padded batch would count the padding in a mean)."""
     if signatures is not None:
-        return signatures
-    inputs = getattr(model, "inputs", None)
-    if not inputs:
+        return signatures, lambda inputs: inputs
+    if not getattr(model, "inputs", None):
         raise ValueError("save_for_serving: the model has no known inputs (a subclassed model "
                          "not yet called on Keras inputs); pass signatures=[tf.TensorSpec(...), ...]")
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=t.name.split(":")[0]) for t in inputs]
-    return [specs[0]] if len(specs) == 1 else [specs]
+    specs, rebuilders = {}, {}
+    for keras_input in model.inputs:
+        name = keras_input.name.split(":")[0]
+        spec = keras_input.type_spec
+        if isinstance(spec, tf.RaggedTensorSpec):
+            if spec.ragged_rank != 1:
+                raise ValueError(f"save_for_serving: input '{name}' is ragged in {spec.ragged_rank} "
+                                 "dimensions; serving signatures carry one ragged dimension")
+            specs[f"{name}_values"] = tf.TensorSpec([None] + spec.shape[2:], spec.dtype, f"{name}_values")
+            specs[f"{name}_row_splits"] = tf.TensorSpec([None], spec.row_splits_dtype, f"{name}_row_splits")
+            rebuilders[id(keras_input)] = lambda f, n=name: tf.RaggedTensor.from_row_splits(
+                f[f"{n}_values"], f[f"{n}_row_splits"], validate=True)
+        elif isinstance(spec, tf.SparseTensorSpec):
+            rank = spec.shape.rank
+            specs[f"{name}_indices"] = tf.TensorSpec([None, rank], tf.int64, f"{name}_indices")
+            specs[f"{name}_values"] = tf.TensorSpec([None], spec.dtype, f"{name}_values")
+            specs[f"{name}_dense_shape"] = tf.TensorSpec([rank], tf.int64, f"{name}_dense_shape")
+            rebuilders[id(keras_input)] = lambda f, n=name: tf.SparseTensor(
+                f[f"{n}_indices"], f[f"{n}_values"], f[f"{n}_dense_shape"])
+        else:
+            specs[name] = tf.TensorSpec(keras_input.shape, keras_input.dtype, name=name)
+            rebuilders[id(keras_input)] = lambda f, n=name: f[n]
+    structure = model.input  # as the model was built: one input, a list or a dict
+
+    def model_inputs(features):
+        return tf.nest.map_structure(lambda keras_input: rebuilders[id(keras_input)](features), structure)
+
+    return [specs], model_inputs
 
 
 def _named_outputs(model, outputs):
@@ -157,11 +188,11 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
                          "use tf.saved_model.save for it")
     module = _ServingModule()
     module.frozen_tables = [freeze(layer, min_count, value_dtype) for layer in layers]
-    signature = _input_signature(model, signatures)
+    signature, model_inputs = _serving_inputs(model, signatures)
 
     @tf.function(input_signature=signature)
     def serve(inputs):
-        return _named_outputs(model, model(inputs, training=False))
+        return _named_outputs(model, model(model_inputs(inputs), training=False))
 
     tmp = os.path.join(parent, f".{os.path.basename(export_dir)}.tmp-{uuid.uuid4().hex}")
     try:
