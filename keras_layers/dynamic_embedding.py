@@ -56,10 +56,13 @@ class DynamicEmbedding(keras.layers.Layer):
         the tables of two layers start independent (an ID's rows are unrelated) and a
         model rebuilt with the same layer names starts from the same rows.
       unseen: "zeros" or "initial": what inference returns for an ID never trained.
+      embeddings_regularizer: a Keras regularizer of the rows a training step looks up
+        (each distinct row once), added to the layer's losses; a stock Embedding's
+        regularizes its whole matrix, which a table of every ID ever seen cannot afford.
     """
 
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
-                 key_dtype=tf.int64, seed=None, unseen="zeros", **kwargs):
+                 key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None, **kwargs):
         super().__init__(**kwargs)
         dim = arguments.positive_int(dim, "dim", "DynamicEmbedding")
         seed = arguments.seed(seed if seed is not None else arguments.seed_of_name(self.name),
@@ -79,6 +82,7 @@ class DynamicEmbedding(keras.layers.Layer):
         self.optimizer = optimizers_lib.get(optimizer)
         self.seed = seed
         self.unseen = unseen
+        self.embeddings_regularizer = keras.regularizers.get(embeddings_regularizer)
         optimizer_bridge.check_strategy(tf.distribute.get_strategy(), self.name)
         # Created here, where the user's strategy scope is current: Keras builds layers of a
         # functional model inside its own graph, where the strategy is not visible.
@@ -176,7 +180,10 @@ class DynamicEmbedding(keras.layers.Layer):
         keys = tf.reshape(self._keys(ids, namespace, column), [-1])
         unique, index = tf.unique(keys, out_idx=tf.int64)
         if trains:
-            rows = self._with_table_gradient(tf.gather(self.table.find_or_insert(unique), index), keys)
+            found = self.table.find_or_insert(unique)
+            rows = self._with_table_gradient(tf.gather(found, index), keys)
+            if self.embeddings_regularizer is not None:
+                self.add_loss(self.embeddings_regularizer(self._with_table_gradient(found, unique)))
         elif self._serving_table is not None:
             rows, exists = self._serving_table.find(unique)
             if self.unseen == "initial":
@@ -260,5 +267,7 @@ class DynamicEmbedding(keras.layers.Layer):
         return {**super().get_config(), "dim": self.dim, "combiner": self.combiner,
                 "initializer": initializers_lib.serialize(self.initializer),
                 "optimizer": optimizers_lib.serialize(self.optimizer),
-                "key_dtype": self.key_dtype.name, "seed": self.seed, "unseen": self.unseen}
+                "key_dtype": self.key_dtype.name, "seed": self.seed, "unseen": self.unseen,
+                "embeddings_regularizer": keras.regularizers.serialize(self.embeddings_regularizer)
+                if self.embeddings_regularizer is not None else None}
 

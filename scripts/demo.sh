@@ -11,6 +11,6 @@ OUT_DIR="${OUT_DIR:-${TMPDIR:-/tmp}/tfps-demo}"
 DATA_DIR="${DATA_DIR:-$OUT_DIR/data}"
 EXPORT_DIR="$OUT_DIR/export/$(date +%Y%m%d-%H%M%S)"
 python3 -m tfps.launch --num_ps 2 --num_workers 2 --log_dir "${LOG_DIR:-$OUT_DIR/logs}" \
-  examples/train_ctr.py --data_dir "$DATA_DIR" --epochs 15 --export_dir "$EXPORT_DIR" \
+  examples/train_ctr.py --data_dir "$DATA_DIR" --rows_per_file 100000 --epochs 8 --export_dir "$EXPORT_DIR" \
   --tensorboard_dir "$OUT_DIR/tensorboard" --backup_dir "$OUT_DIR/backup" "$@"
 env -u PYTHONPATH python3 examples/serve_export.py "$EXPORT_DIR"

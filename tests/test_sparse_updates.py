@@ -33,10 +33,13 @@ def data():
     return ids, labels
 
 
-def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=None):
+def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=None, clip_row_norm=None,
+                 l2=0.0):
     """Rows, slots and per-row step counts after STEPS of: prediction = (sum of the row of
-    each field's ID) . kernel + bias, loss = mean squared error, the table optimizer on rows
-    (at learning rate table_lr_at(step), if given) and SGD on kernel and bias. Float64."""
+    each field's ID) . kernel + bias, loss = mean squared error (+ l2 * the squared norm of
+    each distinct row the step looks up), the table optimizer on rows (at learning rate
+    table_lr_at(step), if given; each row's gradient clipped to clip_row_norm, if given) and
+    SGD on kernel and bias. Float64."""
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
     row_optimizer = RowOptimizer(optimizer_name, DIM, hp.pop("lr"), **hp)
@@ -54,6 +57,11 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=No
         for example, r in zip(batch_ids, residual):
             for k in example:
                 row_gradients[int(k)] = row_gradients.get(int(k), 0.0) + r * kernel
+        for k in row_gradients:
+            row_gradients[k] = row_gradients[k] + 2.0 * l2 * rows[k]
+            norm = np.linalg.norm(row_gradients[k])
+            if clip_row_norm is not None and norm > clip_row_norm:
+                row_gradients[k] = row_gradients[k] * clip_row_norm / norm
         for k, g in row_gradients.items():
             steps[k] += 1
             rows[k], slots[k] = row_optimizer.apply(rows[k], slots[k], g, steps[k])
@@ -62,13 +70,13 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=No
     return rows, slots, steps, kernel
 
 
-def build_model(optimizer_name, table_optimizer=None):
+def build_model(optimizer_name, table_optimizer=None, **layer_args):
     ids = keras.Input((FIELDS,), dtype=tf.int64)
     # A fixed seed: the default derives from the layer's name, which depends on how many
     # layers the process made before.
     layer = tfps.keras_layers.DynamicEmbedding(
         DIM, combiner="sum", seed=11,
-        optimizer=table_optimizer or TABLE_OPTIMIZERS[optimizer_name][0]())
+        optimizer=table_optimizer or TABLE_OPTIMIZERS[optimizer_name][0](), **layer_args)
     head = keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant([0.5, -0.3, 0.8]),
                               bias_initializer="zeros")
     model = keras.Model(ids, tf.squeeze(head(layer(ids)), -1))
@@ -92,7 +100,7 @@ def train(mode, model, optimizer, ids, labels):
         with tf.GradientTape() as tape:
             # A plain call, as many custom loops write it: under a tape it trains.
             prediction = model(x) if mode == "plain_call" else model(x, training=True)
-            loss = mse(y, prediction)
+            loss = mse(y, prediction) + tf.add_n([tf.constant(0.0)] + model.losses)
         variables = model.trainable_variables
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
 
@@ -113,9 +121,9 @@ def train(mode, model, optimizer, ids, labels):
         raise ValueError(mode)
 
 
-def check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0, table_lr_at=None):
+def check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0, table_lr_at=None, **oracle_args):
     rows, slots, steps, kernel = numpy_oracle(optimizer_name, ids, labels, kernel0, 0.0, layer.seed,
-                                              table_lr_at)
+                                              table_lr_at, **oracle_args)
     exported = layer.table.export()
     order = np.argsort(exported.keys.numpy())
     keys = exported.keys.numpy()[order]
@@ -210,3 +218,29 @@ def test_learning_rate_schedules_round_trip_through_config_and_refuse_what_canno
         tfps.optimizers.Ftrl(_decaying(), beta=0.1)
     with pytest.raises(ValueError, match="learning_rate must be a positive number"):
         tfps.optimizers.SGD(tf.Variable(-1.0))
+
+
+@pytest.mark.parametrize("mode", ["eager", "range_loop", "fit"])
+def test_rows_gradients_are_clipped_to_clip_row_norm_per_row(mode):
+    ids, labels = data()
+    model, layer, head = build_model("sgd", tfps.optimizers.SGD(0.3, clip_row_norm=0.1))
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD["current"](), ids, labels)
+    check_against_oracle(layer, head, "sgd", ids, labels, kernel0, clip_row_norm=0.1)
+    # The clip bit: unclipped, the rows would differ.
+    rows, _, _, _ = numpy_oracle("sgd", ids, labels, kernel0, 0.0, layer.seed)
+    exported = layer.table.export()
+    got = dict(zip(exported.keys.numpy().tolist(), exported.values.numpy()))
+    assert max(np.abs(got[k] - rows[k]).max() for k in rows) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "fit_spe10"])
+def test_embeddings_regularizer_adds_to_the_rows_each_step_looks_up(mode):
+    ids, labels = data()
+    model, layer, head = build_model("adagrad", embeddings_regularizer=keras.regularizers.L2(0.5))
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD["current"](), ids, labels)
+    check_against_oracle(layer, head, "adagrad", ids, labels, kernel0, l2=0.5)
+    config = layer.get_config()
+    assert config["embeddings_regularizer"]["config"] == {"l2": 0.5}
+    assert type(layer).from_config(config).embeddings_regularizer.l2 == pytest.approx(0.5)

@@ -18,11 +18,18 @@ class SparseOptimizer:
     a `tf.Variable` that a callback may change (create it under the strategy's scope when
     training under ParameterServerStrategy). The table is created with the rate at step 0
     (or the variable's value then), which is what direct `table.apply_gradients` calls use.
+
+    clip_row_norm: if set, each row's gradient (summed over the step) is scaled down to this
+    L2 norm before the update, so one hot or outlier ID cannot move its row far in a step.
     """
 
     op_name = ""
 
-    def __init__(self, learning_rate):
+    def __init__(self, learning_rate, clip_row_norm=None):
+        if clip_row_norm is not None:
+            _check_positive("clip_row_norm", clip_row_norm, type(self).__name__)
+            clip_row_norm = float(clip_row_norm)
+        self.clip_row_norm = clip_row_norm
         if isinstance(learning_rate, dict):  # a serialized schedule (get_config)
             learning_rate = _schedules().deserialize(learning_rate)
         self._rate = learning_rate if _changes(learning_rate) else None
@@ -53,7 +60,16 @@ class SparseOptimizer:
         return self.learning_rate  # a variable is saved by its value, as Keras does
 
     def get_config(self):
-        return {"learning_rate": self._rate_config()}
+        return {"learning_rate": self._rate_config(), **self._clip_config()}
+
+    def _clip_config(self):
+        return {} if self.clip_row_norm is None else {"clip_row_norm": self.clip_row_norm}
+
+    def clipped(self, gradients):
+        """Each row of gradients [n, dim] scaled down to norm clip_row_norm if it is longer."""
+        if self.clip_row_norm is None:
+            return gradients
+        return tf.clip_by_norm(gradients, self.clip_row_norm, axes=[1])
 
     @classmethod
     def from_config(cls, config):
@@ -90,8 +106,8 @@ class SGD(SparseOptimizer):
 
     op_name = "sgd"
 
-    def __init__(self, learning_rate=0.01):
-        super().__init__(learning_rate)
+    def __init__(self, learning_rate=0.01, clip_row_norm=None):
+        super().__init__(learning_rate, clip_row_norm)
 
 
 class Adagrad(SparseOptimizer):
@@ -99,8 +115,9 @@ class Adagrad(SparseOptimizer):
 
     op_name = "adagrad"
 
-    def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1, epsilon=1e-7):
-        super().__init__(learning_rate)
+    def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1, epsilon=1e-7,
+                 clip_row_norm=None):
+        super().__init__(learning_rate, clip_row_norm)
         _check_positive("initial_accumulator_value", initial_accumulator_value, "Adagrad")
         self.initial_accumulator_value = float(initial_accumulator_value)
         self.epsilon = float(epsilon)
@@ -111,7 +128,7 @@ class Adagrad(SparseOptimizer):
     def get_config(self):
         return {"learning_rate": self._rate_config(),
                 "initial_accumulator_value": self.initial_accumulator_value,
-                "epsilon": self.epsilon}
+                "epsilon": self.epsilon, **self._clip_config()}
 
 
 class Adam(SparseOptimizer):
@@ -119,8 +136,9 @@ class Adam(SparseOptimizer):
 
     op_name = "adam"
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
-        super().__init__(learning_rate)
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+                 clip_row_norm=None):
+        super().__init__(learning_rate, clip_row_norm)
         for name, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
             if not 0.0 <= beta < 1.0:
                 raise ValueError(f"Adam: {name} must be in [0, 1), got {beta!r}")
@@ -131,7 +149,7 @@ class Adam(SparseOptimizer):
 
     def get_config(self):
         return {"learning_rate": self._rate_config(), "beta_1": self.beta_1,
-                "beta_2": self.beta_2, "epsilon": self.epsilon}
+                "beta_2": self.beta_2, "epsilon": self.epsilon, **self._clip_config()}
 
 
 class Ftrl(SparseOptimizer):
@@ -141,8 +159,8 @@ class Ftrl(SparseOptimizer):
 
     def __init__(self, learning_rate=0.001, learning_rate_power=-0.5,
                  initial_accumulator_value=0.1, l1_regularization_strength=0.0,
-                 l2_regularization_strength=0.0, beta=0.0):
-        super().__init__(learning_rate)
+                 l2_regularization_strength=0.0, beta=0.0, clip_row_norm=None):
+        super().__init__(learning_rate, clip_row_norm)
         if learning_rate_power > 0:
             raise ValueError(f"Ftrl: learning_rate_power must be <= 0, got {learning_rate_power!r}")
         _check_positive("initial_accumulator_value", initial_accumulator_value, "Ftrl")
@@ -172,7 +190,7 @@ class Ftrl(SparseOptimizer):
                 "initial_accumulator_value": self.initial_accumulator_value,
                 "l1_regularization_strength": self.l1_regularization_strength,
                 "l2_regularization_strength": self.l2_regularization_strength,
-                "beta": self.beta}
+                "beta": self.beta, **self._clip_config()}
 
 
 _BY_NAME = {"sgd": SGD, "adagrad": Adagrad, "adam": Adam, "ftrl": Ftrl}

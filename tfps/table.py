@@ -171,7 +171,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             do not match.
         """
         keys = _as_keys(keys, "apply_gradients")
-        gradients = _as_float(gradients, "apply_gradients", "gradients")
+        gradients = self._optimizer.clipped(_as_float(gradients, "apply_gradients", "gradients"))
         step = tf.cast(step, tf.int64)
         rate = tf.constant(-1.0) if learning_rate is None else tf.cast(learning_rate, tf.float32)
         return ops.tfps_table_apply_gradients(self.resource_handle, keys, gradients, step, rate,
