@@ -53,8 +53,9 @@ def build_model(strategy, dim, learning_rate):
                       metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss(name="log_loss")],
                       steps_per_execution=10,
                       # Under PSS, evaluate() shards the eval data and visits each batch
-                      # exactly once, whichever worker runs it.
-                      pss_evaluation_shards="auto" if clustered else 0)
+                      # exactly once, whichever worker runs it. Each shard reads the whole
+                      # eval file and keeps its batches, so one shard per worker.
+                      pss_evaluation_shards=strategy._num_workers if clustered else 0)  # pylint: disable=protected-access
     return model
 
 

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "custom_ops/metrics/kernels/bucketing_kernel.h"
 #include "custom_ops/metrics/kernels/histogram_buckets.h"
 #include "custom_ops/table/kernels/table_resource.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -34,15 +35,9 @@ absl::Status LookupGroupTable(OpKernelContext* ctx, const std::string& metric_na
   return absl::OkStatus();
 }
 
-class GroupAucUpdateOp : public OpKernel {
+class GroupAucUpdateOp : public BucketingKernel {
  public:
-  explicit GroupAucUpdateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("metric_name", &metric_name_));
-    int64_t buckets_per_octave = 0, octaves = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("buckets_per_octave", &buckets_per_octave));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("octaves", &octaves));
-    OP_REQUIRES_OK(ctx, ScaleFromAttributes(metric_name_, buckets_per_octave, octaves, &scale_));
-  }
+  using BucketingKernel::BucketingKernel;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& groups = ctx->input(1);
@@ -101,9 +96,6 @@ class GroupAucUpdateOp : public OpKernel {
                                      DeviceParallelFor(ctx));
   }
 
- private:
-  std::string metric_name_;
-  BucketScale scale_;
 };
 
 // Impression-weighted sum of the per-group ROC AUCs of one table, and the impressions of

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/op_requires.h"
+#include "custom_ops/metrics/kernels/bucketing_kernel.h"
 #include "custom_ops/metrics/kernels/histogram_buckets.h"
 #include "custom_ops/metrics/kernels/histogram_variable.h"
 
@@ -20,15 +21,9 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 
-class HistogramAucUpdateOp : public OpKernel {
+class HistogramAucUpdateOp : public BucketingKernel {
  public:
-  explicit HistogramAucUpdateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("metric_name", &metric_name_));
-    int64_t buckets_per_octave = 0, octaves = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("buckets_per_octave", &buckets_per_octave));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("octaves", &octaves));
-    OP_REQUIRES_OK(ctx, ScaleFromAttributes(metric_name_, buckets_per_octave, octaves, &scale_));
-  }
+  using BucketingKernel::BucketingKernel;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& labels = ctx->input(1);
@@ -89,9 +84,6 @@ class HistogramAucUpdateOp : public OpKernel {
     }
   }
 
- private:
-  std::string metric_name_;
-  BucketScale scale_;  // from the attributes, once
 };
 
 REGISTER_KERNEL_BUILDER(Name("Tfps>HistogramAucUpdate").Device(::tensorflow::DEVICE_CPU),
