@@ -178,9 +178,10 @@ class DynamicEmbedding(keras.layers.Layer):
 
     def _embed(self, ids, trains, namespace, column=None):
         keys = tf.reshape(self._keys(ids, namespace, column), [-1])
-        unique, index = tf.unique(keys, out_idx=tf.int64)
+        unique, index, occurrences = tf.unique_with_counts(keys, out_idx=tf.int64)
         if trains:
-            found = self.table.find_or_insert(unique)
+            # Counts are of occurrences, so they do not depend on how the data is batched.
+            found = self.table.find_or_insert(unique, occurrences)
             rows = self._with_table_gradient(tf.gather(found, index), keys)
             if self.embeddings_regularizer is not None:
                 self.add_loss(self.embeddings_regularizer(self._with_table_gradient(found, unique)))

@@ -35,8 +35,8 @@ CASES = [
     lambda: ops.tfps_table_find(table, scalar_key, dim=2),
     lambda: ops.tfps_table_find(table, tf.zeros([2, 0, 3], I64), dim=2),
     lambda: ops.tfps_table_find(table, keys2, dim=3),
-    lambda: ops.tfps_table_find_or_insert(table, tf.zeros([3, 4], I64), dim=2),
-    lambda: ops.tfps_table_find_or_insert(keys2, keys2, dim=2),
+    lambda: ops.tfps_table_find_or_insert(table, tf.zeros([3, 4], I64), tf.zeros([0], I64), dim=2),
+    lambda: ops.tfps_table_find_or_insert(keys2, keys2, tf.zeros([0], I64), dim=2),
     lambda: ops.tfps_table_find(hist.handle, keys2, dim=2),
     # apply_gradients
     lambda: ops.tfps_table_apply_gradients(table, keys2, tf.ones([3, 2]), 0, -1.0, dim=2),
@@ -144,6 +144,10 @@ CASES = [
     lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, 0, tf.ones([2]), dim=2),
     lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, 0, float("inf"), dim=2),
     lambda: ops.tfps_table_apply_gradients(table, keys2, rows2, 0, 0.5, dim=2),
+    # occurrences of a find_or_insert
+    lambda: ops.tfps_table_find_or_insert(table, keys2, tf.constant([1, -2], I64), dim=2),
+    lambda: ops.tfps_table_find_or_insert(table, keys2, tf.constant([1, 2, 3], I64), dim=2),
+    lambda: ops.tfps_table_find_or_insert(table, keys2, tf.constant([big, big], I64), dim=2),
 ]
 '''
 
@@ -185,7 +189,7 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     total = int([line for line in lines if line.startswith("done")][0].split()[1])
     assert sorted(outcomes) == list(range(total))
     # Cases that are wrong by construction must fail, not pass silently.
-    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 81, 82, 83, 85, 86, 87):
+    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 81, 82, 83, 85, 86, 87, 89, 90):
         assert outcomes[i] == "error", f"case {i} was accepted"
-    for i in (76, 80, 84, 88):  # an empty update, a sum of the groups seen, a clock read, a rate
+    for i in (76, 80, 84, 88, 91):  # an empty update, a group sum, a clock read, a rate, a saturating count
         assert outcomes[i] == "ok", f"case {i} was refused"

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 
 import tfps
 from tests import reference
@@ -111,7 +112,7 @@ def test_optimizer_math_over_steps_with_repeated_keys(run, name, optimizer, hp):
         np.testing.assert_allclose(exported.values.numpy()[i], value, rtol=2e-5, atol=2e-6)
         np.testing.assert_allclose(exported.slots.numpy()[i], slots, rtol=2e-5, atol=2e-6)
         count, _, opt_step = exported.metadata.numpy()[i]
-        assert count == steps[k]
+        assert count == 0  # applies do not count occurrences; training lookups do
         assert opt_step == (steps[k] if name == "adam" else 0)
 
 
@@ -190,8 +191,9 @@ def test_export_in_bounded_chunks_covers_every_row_once(run):
     assert sorted(all_keys.tolist()) == sorted(keys.tolist())
     metadata = np.concatenate([r.metadata for r in seen])
     trained = np.isin(all_keys, keys[:300])
+    # Every key was looked up once (its count); 300 were then trained at step 11.
     np.testing.assert_array_equal(metadata[trained], [[1, 11, 1]] * 300)
-    np.testing.assert_array_equal(metadata[~trained], [[0, 0, 0]] * 700)
+    np.testing.assert_array_equal(metadata[~trained], [[1, 0, 0]] * 700)
     full = table.export()
     np.testing.assert_array_equal(np.sort(full.keys.numpy()), np.sort(all_keys))
 
@@ -274,3 +276,33 @@ def test_negative_step_records_the_tables_own_apply_count():
     rows = table.export()
     last_seen = dict(zip(rows.keys.numpy().tolist(), rows.metadata.numpy()[:, 1].tolist()))
     assert last_seen == {5: 3, 6: 4}
+
+
+@pytest.mark.parametrize("batch_size", [1, 10, 100])
+def test_counts_are_occurrences_whatever_the_batch_size(batch_size):
+    # 4 IDs: ID i occurs 100 * (i + 1) times in 1000 examples, in batches of any size.
+    ids = keras.Input((), dtype=tf.int64)
+    layer = tfps.keras_layers.DynamicEmbedding(2, optimizer=tfps.optimizers.SGD(0.01), seed=1)
+    model = keras.Model(ids, keras.layers.Dense(1)(layer(ids)))
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.repeat(np.arange(4, dtype=np.int64), [100, 200, 300, 400])
+    np.random.default_rng(0).shuffle(x)
+    model.fit(x, np.zeros(len(x), np.float32), batch_size=batch_size, epochs=1, verbose=0)
+    rows = layer.table.export()
+    counts = dict(zip(rows.keys.numpy().tolist(), rows.metadata.numpy()[:, 0].tolist()))
+    assert counts == {0: 100, 1: 200, 2: 300, 3: 400}
+    model.predict(x, batch_size=100, verbose=0)  # inference counts nothing
+    assert layer.table.export().metadata.numpy()[:, 0].sum() == 1000
+
+
+def test_find_or_insert_counts_given_occurrences_or_one_per_entry():
+    table = tfps.DynamicTable(2, optimizer="sgd")
+    table.find_or_insert(tf.constant([7, 8], tf.int64), occurrences=tf.constant([5, 0], tf.int64))
+    table.find_or_insert(tf.constant([7, 7, 9], tf.int64))
+    rows = table.export()
+    counts = dict(zip(rows.keys.numpy().tolist(), rows.metadata.numpy()[:, 0].tolist()))
+    assert counts == {7: 7, 8: 0, 9: 1}
+    with pytest.raises(tf.errors.InvalidArgumentError, match="occurrences must be >= 0"):
+        table.find_or_insert(tf.constant([7], tf.int64), occurrences=tf.constant([-1], tf.int64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="occurrences must be empty or have the keys' shape"):
+        table.find_or_insert(tf.constant([7, 8], tf.int64), occurrences=tf.constant([1], tf.int64))

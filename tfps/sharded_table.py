@@ -124,10 +124,15 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def _gather_back(self, positions, pieces):
         return pieces[0] if positions[0] is None else tf.dynamic_stitch(positions, pieces)
 
-    def find_or_insert(self, keys):
-        """Rows of integer keys of any shape S, inserting new ones: float32 S + [dim]."""
+    def find_or_insert(self, keys, occurrences=None):
+        """Rows of integer keys of any shape S, inserting new ones: float32 S + [dim]; each
+        key's count grows by its `occurrences` (int64 S) or by 1."""
         flat, shape = _flattened(keys)
-        rows, positions = self.per_shard(lambda t, k: t.find_or_insert(k), flat)
+        if occurrences is None:
+            rows, positions = self.per_shard(lambda t, k: t.find_or_insert(k), flat)
+        else:
+            rows, positions = self.per_shard(lambda t, k, o: t.find_or_insert(k, o), flat,
+                                             tf.reshape(tf.cast(occurrences, tf.int64), [-1]))
         return self._shaped(self._gather_back(positions, rows), shape)
 
     def find(self, keys, return_exists=False):

@@ -18,7 +18,8 @@ TableRows = collections.namedtuple("TableRows", ["keys", "values", "slots", "met
 TableRows.__doc__ = """Rows of a table, as exported and imported.
 
 keys: int64 [n]. values: float32 [n, dim]. slots: float32 [n, num_slots, dim].
-metadata: int64 [n, 3], columns (occurrence count, last-seen step, optimizer step).
+metadata: int64 [n, 3], columns (occurrence count: how often training looked the key up,
+each occurrence in a batch counting; last-seen step; optimizer step).
 """
 
 _INT64_MAX = (1 << 63) - 1
@@ -150,10 +151,16 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         values, exists = ops.tfps_table_find(self.resource_handle, keys, dim=self._dim)
         return (values, exists) if return_exists else values
 
-    def find_or_insert(self, keys):
-        """Rows of `keys`, inserting absent keys with their initial value: float32 [*S, dim]."""
+    def find_or_insert(self, keys, occurrences=None):
+        """Rows of `keys`, inserting absent keys with their initial value: float32 [*S, dim].
+
+        Each key's occurrence count (metadata column 0) grows by its entry of `occurrences`
+        (int64, the keys' shape: how often the key occurred in the data a caller deduplicated)
+        or by 1 per entry of `keys`."""
         keys = _as_keys(keys, "find_or_insert")
-        return ops.tfps_table_find_or_insert(self.resource_handle, keys, dim=self._dim)
+        occurrences = (tf.zeros([0], tf.int64) if occurrences is None
+                       else tf.cast(occurrences, tf.int64))
+        return ops.tfps_table_find_or_insert(self.resource_handle, keys, occurrences, dim=self._dim)
 
     def apply_gradients(self, keys, gradients, step=0, learning_rate=None):
         """Applies the optimizer to each key's row, atomically per row.

@@ -361,7 +361,7 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
 }
 
 void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
-                         const ParallelFor& parallel_for) {
+                         const ParallelFor& parallel_for, const int64_t* occurrences) {
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
@@ -373,7 +373,12 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
       ReserveForBatch(s, batch, row_bytes_);
       PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
                                         [&](int64_t j, float* out) {
-        Writer::Copy(AcquireRow(config_, layout, s, batch, j, row_bytes_, false).value, dim, out);
+        const int64_t seen = occurrences == nullptr ? 1 : std::max<int64_t>(occurrences[batch.order[j]], 0);
+        // A count that grows is a change the next save of changes must carry.
+        const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_, seen > 0);
+        row.header->count = static_cast<uint32_t>(
+            std::min<int64_t>(int64_t{row.header->count} + seen, UINT32_MAX));
+        Writer::Copy(row.value, dim, out);
       });
     });
   });
@@ -409,7 +414,6 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
         opt_step = *row.optimizer_step;
       }
       ApplyRow(optimizer, dim, grads + i * dim, row.value, row.slots, opt_step);
-      if (row.header->count != UINT32_MAX) ++row.header->count;
       row.header->last_step = last_step;
     }, [&](int64_t j) { PrefetchLines(grads + batch.order[j] * dim, dim * sizeof(float)); });
   });

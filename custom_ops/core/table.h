@@ -96,12 +96,14 @@ class Table {
   void Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists,
             const ParallelFor& parallel_for) const;
 
-  // Like Find, but absent keys are inserted with their initial value and fresh slots.
+  // Like Find, but absent keys are inserted with their initial value and fresh slots. Each
+  // key's occurrence count grows by occurrences[i] (1 when occurrences is null): a training
+  // lookup counts every time its key occurs in the data, however the batch repeats it.
   void FindOrInsert(const uint64_t* keys, int64_t n, float* values,
-                    const ParallelFor& parallel_for);
+                    const ParallelFor& parallel_for, const int64_t* occurrences = nullptr);
 
   // Applies the optimizer to each key's row with its gradient row (n x dim), inserting
-  // absent keys first; counts one occurrence per key and records `step` as last seen
+  // absent keys first, and records `step` as last seen
   // (a negative step stands for this table's own count of ApplyGradients calls).
   // Returns false and changes nothing if any gradient is NaN or infinite. A key repeated
   // in one call is updated once per occurrence, in input order. A learning_rate >= 0

@@ -165,7 +165,26 @@ void TestNonFiniteGradientRejectsWholeApply() {
   int64_t meta[kNumMetadata];
   std::vector<float> v, s;
   CHECK_TRUE(t.DebugRow(5, &v, &s, meta));
-  CHECK_TRUE(meta[kCount] == 0 && s[0] == 0.1f);
+  CHECK_TRUE(meta[kCount] == 1 && s[0] == 0.1f);  // the lookup counted; the refused applies nothing
+}
+
+// A lookup counts each key's occurrences (given, or one per entry, repeats included),
+// saturating; an apply does not count.
+void TestFindOrInsertCountsOccurrences() {
+  Table t(Config(2, OptimizerKind::kSgd, InitializerKind::kZeros));
+  std::vector<uint64_t> keys = {5, 6, 7};
+  std::vector<int64_t> occurrences = {3, 0, int64_t{1} << 40};
+  std::vector<float> out(3 * 2), grads(3 * 2, 1.0f);
+  t.FindOrInsert(keys.data(), 3, out.data(), kSerial, occurrences.data());
+  std::vector<uint64_t> repeated = {5, 5, 6};
+  t.FindOrInsert(repeated.data(), 3, out.data(), kThreads);
+  CHECK_TRUE(t.ApplyGradients(keys.data(), 3, grads.data(), 1, kSerial));
+  const int64_t expected[] = {5, 1, UINT32_MAX};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> v, s;
+    int64_t meta[kNumMetadata];
+    CHECK_TRUE(t.DebugRow(keys[i], &v, &s, meta) && meta[kCount] == expected[i]);
+  }
 }
 
 // The finiteness check reads gradients in wide pieces and in parallel chunks of 64K floats:
@@ -268,7 +287,7 @@ void TestExportImportRoundTrip() {
       CHECK_TRUE(t.DebugRow(keys[i], &v1, &s1, m1) && copy.DebugRow(keys[i], &v2, &s2, m2));
       CHECK_TRUE(v1 == v2 && s1 == s2);
       CHECK_TRUE(std::memcmp(m1, m2, sizeof(m1)) == 0);
-      CHECK_TRUE(m1[kCount] == (i < n / 2 ? 1 : 0));
+      CHECK_TRUE(m1[kCount] == 1);  // the one lookup; applies do not count
       CHECK_TRUE(m1[kLastStep] == (i < n / 2 ? 9 : 0));
       CHECK_TRUE(m1[kOptimizerStep] == (opt == OptimizerKind::kAdam && i < n / 2 ? 1 : 0));
     }
@@ -306,10 +325,11 @@ void TestConcurrentStressMatchesReplay() {
   }
   for (auto& t : threads) t.join();
   std::vector<uint64_t> keys;
-  std::vector<float> grads;
+  std::vector<float> grads, replay_out(kBatch * 8);
   for (int th = 0; th < kThreadsN; ++th) {
     for (int r = 0; r < kRounds; ++r) {
       batch_of(th, r, &keys, &grads);
+      replay.FindOrInsert(keys.data(), kBatch, replay_out.data(), kSerial);
       replay.ApplyGradients(keys.data(), kBatch, grads.data(), r, kSerial);
     }
   }
@@ -367,9 +387,10 @@ void TestEveryOperationAtOnceMatchesASerialReplay() {
     for (int th = 0; th < 2; ++th) {
       threads.emplace_back([&, th] {
         std::vector<uint64_t> keys;
-        std::vector<float> grads;
+        std::vector<float> grads, rows(kBatch * dim);
         for (int r = 0; r < kRounds; ++r) {
           train_batch(th, r, &keys, &grads);
+          shared.FindOrInsert(keys.data(), kBatch, rows.data(), ThreadedParallelFor(2));  // counts
           shared.ApplyGradients(keys.data(), kBatch, grads.data(), -1, ThreadedParallelFor(2));
         }
       });
@@ -389,11 +410,12 @@ void TestEveryOperationAtOnceMatchesASerialReplay() {
     threads.emplace_back([&] {  // read and save while everything else runs
       std::vector<uint64_t> keys(128);
       std::vector<float> out(128 * dim);
+      const std::vector<int64_t> no_occurrences(128, 0);  // a lookup that counts nothing
       ExportChunk chunk;
       for (int r = 0; training.load(); ++r) {
         for (size_t i = 0; i < keys.size(); ++i) keys[i] = (i * 13 + r) % (kTrainKeys + 50);
         shared.Find(keys.data(), 128, out.data(), nullptr, kSerial);
-        shared.FindOrInsert(keys.data(), 128, out.data(), kSerial);
+        shared.FindOrInsert(keys.data(), 128, out.data(), kSerial, no_occurrences.data());
         for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
           if (r % 2 == 0) shared.ExportInto(cursor, 500, &chunk);
           else shared.SaveChunk(cursor, 500, r % 4 == 1, &chunk);
@@ -405,10 +427,11 @@ void TestEveryOperationAtOnceMatchesASerialReplay() {
     training.store(false);
     for (size_t t = 2; t < threads.size(); ++t) threads[t].join();
     std::vector<uint64_t> keys;
-    std::vector<float> grads;
+    std::vector<float> grads, rows(kBatch * dim);
     for (int th = 0; th < 2; ++th) {
       for (int r = 0; r < kRounds; ++r) {
         train_batch(th, r, &keys, &grads);
+        replay.FindOrInsert(keys.data(), kBatch, rows.data(), kSerial);
         replay.ApplyGradients(keys.data(), kBatch, grads.data(), -1, kSerial);
       }
     }
@@ -698,8 +721,11 @@ void TestSavesTakeExactlyTheChangesSinceTheLastSave() {
   t.FindOrInsert(keys.data(), keys.size(), out.data(), kThreads);
   CHECK_TRUE(SaveAll(t, false).first.size() == 200);
   CHECK_TRUE(SaveAll(t, true).first.empty());  // nothing changed since
-  t.FindOrInsert(keys.data(), 50, out.data(), kThreads);  // lookups change nothing
-  CHECK_TRUE(SaveAll(t, true).first.empty());
+  t.FindOrInsert(keys.data(), 50, out.data(), kThreads);  // a lookup counts: a delta carries it
+  CHECK_TRUE(SaveAll(t, true).first.size() == 50);
+  std::vector<int64_t> no_occurrences(50, 0);
+  t.FindOrInsert(keys.data(), 50, out.data(), kThreads, no_occurrences.data());
+  CHECK_TRUE(SaveAll(t, true).first.empty());  // one that counts nothing changes nothing
   t.ApplyGradients(keys.data() + 10, 5, grads.data(), -1, kThreads);
   t.Insert(keys.data() + 100, 2, grads.data(), kThreads);
   const uint64_t fresh[2] = {7, 8};
@@ -760,6 +786,7 @@ int main() {
   tfps::TestInitialValuesAreDeterministic();
   tfps::TestGrowthRemoveAndReinsert();
   tfps::TestNonFiniteGradientRejectsWholeApply();
+  tfps::TestFindOrInsertCountsOccurrences();
   tfps::TestFiniteCheckCoversEveryPosition();
   tfps::TestStripesGrowThroughStaggeredSizes();
   tfps::TestExportImportRoundTrip();

@@ -164,10 +164,22 @@ class TableFindOrInsertOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     const Tensor& keys = ctx->input(1);
+    const Tensor& occurrences = ctx->input(2);
+    OP_REQUIRES(ctx, occurrences.NumElements() == 0 ||
+                         (occurrences.dims() == keys.dims() && occurrences.shape() == keys.shape()),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>TableFindOrInsert: occurrences must be empty or have the keys' shape ",
+                    keys.shape().DebugString(), ", got ", occurrences.shape().DebugString())));
+    const int64_t* seen = occurrences.NumElements() > 0 ? occurrences.flat<int64_t>().data() : nullptr;
+    for (int64_t i = 0; seen != nullptr && i < occurrences.NumElements(); ++i) {
+      OP_REQUIRES(ctx, seen[i] >= 0, absl::InvalidArgumentError(absl::StrCat(
+                                         "Tfps>TableFindOrInsert: occurrences must be >= 0, got ",
+                                         seen[i], " at index ", i)));
+    }
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, AllocateRows(ctx, 0, keys, &values));
     table.FindOrInsert(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
-                                DeviceParallelFor(ctx));
+                       DeviceParallelFor(ctx), seen);
   }
 };
 

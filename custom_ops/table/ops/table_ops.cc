@@ -81,9 +81,12 @@ REGISTER_OP("Tfps>TableFind")
     .Attr("dim: int >= 1")
     .SetShapeFn(LookupShape);
 
+// occurrences: how many times each key occurred in the data (its count grows by that), or
+// empty: once each.
 REGISTER_OP("Tfps>TableFindOrInsert")
     .Input("table_handle: resource")
     .Input("keys: Tkey")
+    .Input("occurrences: int64")
     .Output("values: float")
     .Attr("Tkey: {int64, uint64}")
     .Attr("dim: int >= 1")
