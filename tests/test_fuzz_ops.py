@@ -148,6 +148,8 @@ CASES = [
     lambda: ops.tfps_table_find_or_insert(table, keys2, tf.constant([1, -2], I64), dim=2),
     lambda: ops.tfps_table_find_or_insert(table, keys2, tf.constant([1, 2, 3], I64), dim=2),
     lambda: ops.tfps_table_find_or_insert(table, keys2, tf.constant([big, big], I64), dim=2),
+    lambda: ops.tfps_table_stats(hist.handle),
+    lambda: ops.tfps_table_stats(table),
 ]
 '''
 
@@ -189,7 +191,7 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     total = int([line for line in lines if line.startswith("done")][0].split()[1])
     assert sorted(outcomes) == list(range(total))
     # Cases that are wrong by construction must fail, not pass silently.
-    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 81, 82, 83, 85, 86, 87, 89, 90):
+    for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 81, 82, 83, 85, 86, 87, 89, 90, 92):
         assert outcomes[i] == "error", f"case {i} was accepted"
-    for i in (76, 80, 84, 88, 91):  # an empty update, a group sum, a clock read, a rate, a saturating count
+    for i in (76, 80, 84, 88, 91, 93):  # an empty update, a group sum, a clock read, a rate, a saturating count
         assert outcomes[i] == "ok", f"case {i} was refused"

@@ -152,3 +152,73 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
     def delete_backup(self):
         if tf.io.gfile.exists(self._directory):
             tf.io.gfile.rmtree(self._directory)
+
+
+class TableStats(keras.callbacks.Callback):
+    """Logs the statistics of every DynamicEmbedding's table while a model trains.
+
+    At each epoch end, `{layer}/rows` and `{layer}/memory_mib` (index and mapped rows,
+    summed over the shards) go into fit's logs, so History and other callbacks see them;
+    with `log_dir` they are also written as TensorBoard scalars at the optimizer's step, and
+    with `every_n_steps` every that many steps as well. Each table's statistics are read
+    with one small op per shard, on its parameter server.
+
+    Args:
+      log_dir: where TensorBoard summaries go (None: only fit's logs).
+      every_n_steps: also write the summaries every this many training steps.
+    """
+
+    def __init__(self, log_dir=None, every_n_steps=None):
+        super().__init__()
+        if every_n_steps is not None:
+            every_n_steps = arguments.positive_int(every_n_steps, "every_n_steps", "TableStats")
+            if log_dir is None:
+                raise ValueError("TableStats: every_n_steps writes TensorBoard summaries; give log_dir")
+        if log_dir is not None:
+            try:
+                import tensorboard  # noqa: F401  (tf.summary writes nothing without it)
+            except ImportError as e:
+                raise ImportError("TableStats(log_dir=...) writes TensorBoard summaries, which "
+                                  "need TensorBoard: pip install tensorboard") from e
+        self.log_dir = log_dir
+        self.every_n_steps = every_n_steps
+        self._writer = None
+        self._steps = 0
+        self._supports_tf_logs = True  # its batch hook runs under ParameterServerStrategy too
+
+    def _statistics(self):
+        from tfps.keras_layers import DynamicEmbedding
+        values = {}
+        for layer in self.model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+            if isinstance(layer, DynamicEmbedding):
+                stats = layer.table.stats()
+                values[f"{layer.name}/rows"] = stats["rows"]
+                values[f"{layer.name}/memory_mib"] = stats["memory_bytes"] / (1 << 20)
+        return values
+
+    def _summarize(self, values):
+        if self.log_dir is None:
+            return
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+        step = int(self.model.optimizer.iterations.numpy()) if self.model.optimizer else self._steps
+        with self._writer.as_default():
+            for name, value in values.items():
+                tf.summary.scalar(name, value, step=step)
+        self._writer.flush()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps += 1
+        if self.every_n_steps is not None and self._steps % self.every_n_steps == 0:
+            self._summarize(self._statistics())
+
+    def on_epoch_end(self, epoch, logs=None):
+        values = self._statistics()
+        if logs is not None:
+            logs.update(values)
+        self._summarize(values)
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -171,6 +171,13 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def clear(self):
         return tf.group([table.clear() for table in self._shards])
 
+    def stats(self):
+        """The table's statistics: each shard's (DynamicTable.stats, on its own device) under
+        "shards", and their sums (the clock: the latest) at the top level (eager)."""
+        shards = [table.stats() for table in self._shards]
+        totals = {name: sum(s[name] for s in shards) for name in DynamicTable.STATS if name != "clock"}
+        return {**totals, "clock": max(s["clock"] for s in shards), "shards": shards}
+
     def clocks(self):
         """Each shard's clock (int64 [num_shards]): its count of apply_gradients calls."""
         return tf.stack([table.clock() for table in self._shards])

@@ -203,6 +203,13 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         negative `step` (int64 scalar). Saved and restored with the rows."""
         return ops.tfps_table_clock(self.resource_handle)
 
+    STATS = ("rows", "memory_bytes", "row_memory_bytes", "clock")
+
+    def stats(self):
+        """{"rows", "memory_bytes" (index and mapped rows), "row_memory_bytes", "clock"} as
+        ints, read in one op where the table lives (eager)."""
+        return dict(zip(self.STATS, ops.tfps_table_stats(self.resource_handle).numpy().tolist()))
+
     def set_clock(self, clock):
         return ops.tfps_table_set_clock(self.resource_handle, tf.cast(clock, tf.int64))
 

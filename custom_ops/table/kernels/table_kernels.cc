@@ -261,6 +261,20 @@ class TableClockOp : public TableOpKernel {
   }
 };
 
+class TableStatsOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
+    Tensor* stats = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({4}), &stats));
+    auto out = stats->flat<int64_t>();
+    out(0) = table.Size();
+    out(1) = table.MemoryBytes();
+    out(2) = table.RowMemoryBytes();
+    out(3) = table.ApplyCalls();
+  }
+};
+
 class TableSetClockOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
@@ -375,6 +389,7 @@ REGISTER_KERNEL_BUILDER(Name("Tfps>TableSize").Device(DEVICE_CPU), TableSizeOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableClear").Device(DEVICE_CPU), TableClearOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableClock").Device(DEVICE_CPU), TableClockOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableSetClock").Device(DEVICE_CPU), TableSetClockOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableStats").Device(DEVICE_CPU), TableStatsOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableExport").Device(DEVICE_CPU), TableExportOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableImport").Device(DEVICE_CPU), TableImportOp);
 

@@ -153,6 +153,17 @@ REGISTER_OP("Tfps>TableClock")
       return absl::OkStatus();
     });
 
+// [rows, memory bytes (index and mapped rows), mapped row bytes, clock]: one small tensor,
+// so statistics of a table on a parameter server cost one round trip.
+REGISTER_OP("Tfps>TableStats")
+    .Input("table_handle: resource")
+    .Output("stats: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      c->set_output(0, c->Vector(4));
+      return absl::OkStatus();
+    });
+
 REGISTER_OP("Tfps>TableSetClock")
     .Input("table_handle: resource")
     .Input("clock: int64")

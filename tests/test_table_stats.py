@@ -1,0 +1,58 @@
+"""Table statistics: table.stats() and the TableStats callback's fit logs and TensorBoard
+scalars, against the table's own contents."""
+
+import glob
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+
+
+def test_stats_count_rows_and_memory_per_shard_and_in_total():
+    table = tfps.sharded_table.ShardedTable(4, devices=["/CPU:0", "/CPU:0"], name="stats")
+    table.find_or_insert(tf.constant(np.arange(1000), tf.int64))
+    table.apply_gradients(tf.constant(np.arange(10), tf.int64), tf.ones([10, 4]), step=-1)
+    stats = table.stats()
+    assert [s["rows"] for s in stats["shards"]] == table.shard_sizes() and stats["rows"] == 1000
+    assert stats["memory_bytes"] == sum(s["memory_bytes"] for s in stats["shards"])
+    # At least the rows' bytes are mapped: key, count, step, value and Adagrad's slot.
+    assert stats["row_memory_bytes"] >= 1000 * (8 + 8 + 2 * 4 * 4)
+    assert stats["memory_bytes"] > stats["row_memory_bytes"]
+    assert stats["clock"] == max(s["clock"] for s in stats["shards"]) >= 1
+
+
+def _scalars(log_dir):
+    """{tag: [(step, value), ...]} from the TensorBoard event files under log_dir."""
+    found = {}
+    for path in sorted(glob.glob(f"{log_dir}/events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                found.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+    return found
+
+
+def test_table_stats_callback_logs_rows_into_history_and_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard")  # installed by scripts/install.sh
+    ids = keras.Input((), dtype=tf.int64)
+    layer = tfps.keras_layers.DynamicEmbedding(4, name="users")
+    model = keras.Model(ids, keras.layers.Dense(1)(layer(ids)))
+    model.compile("sgd", "mse")
+    x = np.arange(200, dtype=np.int64)  # 20 steps of 10 new IDs each
+    callback = tfps.callbacks.TableStats(log_dir=str(tmp_path), every_n_steps=5)
+    history = model.fit(x, np.zeros(200, np.float32), batch_size=10, shuffle=False, epochs=1,
+                        verbose=0, callbacks=[callback]).history
+    assert history["users/rows"] == [200]
+    assert history["users/memory_mib"][0] * (1 << 20) == layer.table.stats()["memory_bytes"]
+    scalars = _scalars(tmp_path)
+    rows = dict(scalars["users/rows"])
+    assert rows[5] == 50 and rows[10] == 100 and rows[15] == 150 and rows[20] == 200
+
+
+def test_table_stats_arguments_are_checked():
+    with pytest.raises(ValueError, match="every_n_steps writes TensorBoard summaries; give log_dir"):
+        tfps.callbacks.TableStats(every_n_steps=10)
+    with pytest.raises(ValueError, match="every_n_steps"):
+        tfps.callbacks.TableStats(log_dir="/tmp/x", every_n_steps=0)
