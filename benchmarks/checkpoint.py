@@ -7,7 +7,8 @@ For each table size (millions of keys, dim 16, Adagrad, every row applied once s
 metadata are real) one cluster runs: the parameter servers fill their shards themselves,
 then the chief times a full tfps save (`tf.train.Checkpoint.write`), stock `tf.Variable`s
 of the same bytes per parameter server (created on those tasks) saved the same way, and
-the restores of both; then 1% of the rows change and a save of changes runs
+the restores of both into the running tables and variables after 1% of the rows changed
+(and, for tfps, once more into emptied tables, as a new process restores); then 1% of the rows change and a save of changes runs
 (`tfps.checkpoint.changes_only()`); then `save_for_serving` exports the table. Around each
 operation (saves and restores: the median of 3 runs, tfps and stock taking turns) every process's peak RSS is reset (/proc/PID/clear_refs) and read back (VmHWM),
 so "extra" is the peak above the RSS before (for restores, above the RSS after as well:
@@ -112,7 +113,6 @@ def run_cluster_task(args):
               "table_bytes_per_ps": [r * SAVED_BYTES_PER_ROW for r in shard_rows]}
     table_ckpt, stock_ckpt = tf.train.Checkpoint(table=table), tf.train.Checkpoint(v=stock)
     table_path, stock_path = os.path.join(args.dir, "table"), os.path.join(args.dir, "stock")
-    expected = table.export_chunks(4096).__next__()
 
     def clear_stock():
         for v in stock:
@@ -121,11 +121,14 @@ def run_cluster_task(args):
     # Each figure is the median of REPEATS runs, tfps and stock taking turns (the first run
     # of each also traces its function); the first runs' times are kept as *_first_s.
     runs = {name: [] for name in ("tfps_save", "stock_save", "tfps_restore", "stock_restore")}
+    expected = table.export_chunks(4096).__next__()
     for repeat in range(REPEATS):
         last = repeat == REPEATS - 1
         runs["tfps_save"].append(timed("tfps_save", lambda: table_ckpt.write(table_path)))
         runs["stock_save"].append(timed("stock_save", lambda: stock_ckpt.write(stock_path)))
-        table.clear()
+        # Restores go into the running tables and variables (a rollback), after 1% of the
+        # rows changed, which the restore must undo; the stock variables keep their buffers.
+        fill(tf.constant(repeat + 1, tf.int64), num_keys // 100, 100)
         runs["tfps_restore"].append(timed("tfps_restore", lambda: table_ckpt.read(table_path).assert_consumed()))
         clear_stock()
         runs["stock_restore"].append(timed("stock_restore", lambda: stock_ckpt.read(stock_path).assert_consumed()))
@@ -138,6 +141,9 @@ def run_cluster_task(args):
     got = table.find(expected.keys)
     record["restored_rows_equal"] = bool(table.shard_sizes() == shard_rows and
                                          np.array_equal(got.numpy(), expected.values.numpy()))
+    # Into empty tables, as a new process restores: every row's memory is fresh.
+    table.clear()
+    record.update(timed("tfps_restore_into_empty", lambda: table_ckpt.read(table_path).assert_consumed()))
     # 1% of the rows change; a save of changes writes just those.
     fill(tf.constant(0, tf.int64), num_keys // 100, 100)
     with tfps.checkpoint.changes_only():

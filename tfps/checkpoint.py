@@ -16,7 +16,9 @@ CheckpointManager deletes old checkpoints by their `.index` and `.data-*` files;
 extends that deletion to the table files of the same prefix.
 """
 
+import concurrent.futures
 import contextlib
+import functools
 import threading
 
 import tensorflow as tf
@@ -77,11 +79,14 @@ def _save(trackables, file_prefix):
     for t, key in enumerate(sorted(trackables)):
         shards = _shards(trackables[key])
         suffixes = [f".t{t}.shard-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
-        rows = []
-        for i, (shard, suffix) in enumerate(zip(shards, suffixes)):
+        changes = _mode.changes_only  # thread-local: read here, not in the shards' threads
+
+        def save_shard(i, shard=None, suffix=None):
             with tf.device(shard.resource_handle.device):
-                rows.append(ops.tfps_table_save(shard.resource_handle, file_prefix + suffix, i,
-                                                len(shards), changes_only=_mode.changes_only).rows)
+                return ops.tfps_table_save(shard.resource_handle, file_prefix + suffix, i,
+                                           len(shards), changes_only=changes).rows
+        rows = _on_every_shard([functools.partial(save_shard, i, shard, suffix)
+                                for i, (shard, suffix) in enumerate(zip(shards, suffixes))])
         names += _manifest_names(key)
         tensors += [tf.stack([base + suffix for suffix in suffixes]), tf.stack(rows),
                     tf.constant(_layout(trackables[key]), tf.int64)]
@@ -108,17 +113,32 @@ def _restore(trackables, merged_prefix):
         reads = [tf.cond(same_count, lambda i=i: (paths[i:i + 1], rows[i:i + 1]),
                          lambda: (paths, rows)) for i in range(len(shards))]
         shard = shards[0]
-        checks = []
-        for table_shard, (shard_paths, shard_rows) in zip(shards, reads):
+
+        def check(table_shard, shard_paths, shard_rows):
             with tf.device(table_shard.resource_handle.device):
-                checks.append(ops.tfps_row_files_check(
-                    shard_paths, shard_rows, dim=shard.dim, num_slots=shard.num_slots,
-                    optimizer=shard.optimizer.op_name))
+                return ops.tfps_row_files_check(shard_paths, shard_rows, dim=shard.dim,
+                                                num_slots=shard.num_slots,
+                                                optimizer=shard.optimizer.op_name)
+
+        def restore(i, table_shard, shard_paths, shard_rows):
+            with tf.device(table_shard.resource_handle.device):
+                return ops.tfps_table_restore(table_shard.resource_handle, shard_paths, shard_rows,
+                                              i, len(shards), records_verified=True)
+        checks = _on_every_shard([functools.partial(check, table_shard, *read)
+                                  for table_shard, read in zip(shards, reads)])
         with tf.control_dependencies(checks):
-            for i, (table_shard, (shard_paths, shard_rows)) in enumerate(zip(shards, reads)):
-                with tf.device(table_shard.resource_handle.device):
-                    ops.tfps_table_restore(table_shard.resource_handle, shard_paths, shard_rows,
-                                           i, len(shards))
+            _on_every_shard([functools.partial(restore, i, table_shard, *read)
+                             for i, (table_shard, read) in enumerate(zip(shards, reads))])
+
+
+def _on_every_shard(calls):
+    """Runs each shard's op-building call; their results in order. Eagerly, each op blocks
+    until its parameter server is done, so the shards' calls run in threads of their own,
+    every shard working at once; in a graph the runtime runs them in parallel anyway."""
+    if len(calls) < 2 or not tf.executing_eagerly():
+        return [call() for call in calls]
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda call: call(), calls))
 
 
 def _check_layout(key, layout, table):

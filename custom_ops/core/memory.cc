@@ -75,7 +75,12 @@ int CollapseIntoHugePages(void* begin, size_t bytes) {
 void* RegionAllocator::Allocate(size_t bytes) {
   bytes = (bytes + 63) & ~size_t{63};
   std::lock_guard<std::mutex> lock(mu_);
-  if (regions_.empty() || used_ + bytes > regions_.back().size) {
+  // Recycled regions first, in order; a block too large for the next one skips it.
+  while (current_ < regions_.size() && used_ + bytes > regions_[current_].size) {
+    ++current_;
+    used_ = 0;
+  }
+  if (current_ == regions_.size()) {
     const size_t size =
         std::max(kRegionBytes, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
     char* base = static_cast<char*>(MapHugePageAligned(size, huge_pages_));
@@ -83,15 +88,22 @@ void* RegionAllocator::Allocate(size_t bytes) {
     regions_.push_back(Region{base, size});
     used_ = 0;
   }
-  void* block = regions_.back().base + used_;
+  void* block = regions_[current_].base + used_;
   used_ += bytes;
   return block;
+}
+
+void RegionAllocator::RecycleAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  current_ = 0;
+  used_ = 0;
 }
 
 void RegionAllocator::ReleaseAll() {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Region& r : regions_) munmap(r.base, r.size);
   regions_.clear();
+  current_ = 0;
   used_ = 0;
 }
 

@@ -484,7 +484,7 @@ void Table::Reserve(int64_t expected_keys) {
   }
 }
 
-void Table::Clear() {
+void Table::Clear(bool keep_memory) {
   // Row memory is shared by all stripes, so all of them are held while it is released.
   // Other calls take one stripe lock at a time, so taking them all in order cannot deadlock.
   std::vector<std::unique_lock<std::shared_mutex>> locks;
@@ -494,7 +494,11 @@ void Table::Clear() {
     s->FreeAll();
     s->ResetIndex(kMinCapacity);
   }
-  row_memory_.ReleaseAll();
+  if (keep_memory) {
+    row_memory_.RecycleAll();
+  } else {
+    row_memory_.ReleaseAll();
+  }
   needs_full_save_.store(true);  // a delta cannot say that every row went
 }
 

@@ -123,7 +123,9 @@ class Table {
   // Removes the keys that are present; returns how many were.
   int64_t Remove(const uint64_t* keys, int64_t n, const ParallelFor& parallel_for);
 
-  void Clear();
+  // Removes every row. Their memory goes back to the OS, or with keep_memory (a restore
+  // about to refill the table) stays mapped for the rows that come next.
+  void Clear(bool keep_memory = false);
   // Sizes every stripe's index for `expected_keys` keys in all, so a restore or a bulk
   // import does not rebuild the indexes as the keys arrive.
   void Reserve(int64_t expected_keys);

@@ -168,6 +168,37 @@ void TestNonFiniteGradientRejectsWholeApply() {
   CHECK_TRUE(meta[kCount] == 1 && s[0] == 0.1f);  // the lookup counted; the refused applies nothing
 }
 
+// A clear that keeps its memory (a restore's) refills into the same mapped bytes, and the
+// new rows read back exactly: recycled memory holds old rows, which must never show.
+void TestClearKeepingMemoryReusesItForNewRows() {
+  const TableConfig config = Config(4, OptimizerKind::kAdagrad, InitializerKind::kUniform);
+  Table t(config), fresh(config);
+  const int64_t n = 20000;
+  std::vector<uint64_t> keys(n), others(n);
+  for (int64_t i = 0; i < n; ++i) {
+    keys[i] = i * 0x9e3779b97f4a7c15ULL;
+    others[i] = i * 0x9e3779b97f4a7c15ULL + 1;
+  }
+  std::vector<float> out(n * 4), grads(n * 4, 0.5f);
+  t.FindOrInsert(keys.data(), n, out.data(), kThreads);
+  CHECK_TRUE(t.ApplyGradients(keys.data(), n, grads.data(), 3, kThreads));
+  const int64_t mapped = t.RowMemoryBytes();
+  t.Clear(/*keep_memory=*/true);
+  CHECK_TRUE(t.Size() == 0 && t.RowMemoryBytes() == mapped);
+  t.FindOrInsert(others.data(), n, out.data(), kThreads);
+  fresh.FindOrInsert(others.data(), n, out.data(), kThreads);
+  CHECK_TRUE(t.RowMemoryBytes() == mapped && t.Size() == n);
+  for (int64_t i = 0; i < n; i += 101) {
+    std::vector<float> v1, s1, v2, s2;
+    int64_t m1[kNumMetadata], m2[kNumMetadata];
+    CHECK_TRUE(t.DebugRow(others[i], &v1, &s1, m1) && fresh.DebugRow(others[i], &v2, &s2, m2));
+    CHECK_TRUE(v1 == v2 && s1 == s2 && std::memcmp(m1, m2, sizeof(m1)) == 0);
+    CHECK_TRUE(!t.DebugRow(keys[i], &v1, &s1, m1));
+  }
+  t.Clear();
+  CHECK_TRUE(t.RowMemoryBytes() == 0);
+}
+
 // A lookup counts each key's occurrences (given, or one per entry, repeats included),
 // saturating; an apply does not count.
 void TestFindOrInsertCountsOccurrences() {
@@ -787,6 +818,7 @@ int main() {
   tfps::TestGrowthRemoveAndReinsert();
   tfps::TestNonFiniteGradientRejectsWholeApply();
   tfps::TestFindOrInsertCountsOccurrences();
+  tfps::TestClearKeepingMemoryReusesItForNewRows();
   tfps::TestFiniteCheckCoversEveryPosition();
   tfps::TestStripesGrowThroughStaggeredSizes();
   tfps::TestExportImportRoundTrip();

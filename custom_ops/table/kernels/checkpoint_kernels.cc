@@ -208,7 +208,9 @@ void RemoveKeysOf(Table& table, uint32_t shard, uint32_t num_shards, const Paral
 
 class TableRestoreOp : public OpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableRestoreOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("records_verified", &records_verified_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
@@ -226,7 +228,7 @@ class TableRestoreOp : public OpKernel {
     std::vector<std::unique_ptr<RowFileReader>> readers(paths.size());
     int64_t clock = 0;
     for (size_t i = 0; i < paths.size(); ++i) {
-      OP_REQUIRES_OK(ctx, RowFileReader::Open(ctx->env(), paths[i], &readers[i]));
+      OP_REQUIRES_OK(ctx, RowFileReader::Open(ctx->env(), paths[i], &readers[i], !records_verified_));
       const RowFileHeader& h = readers[i]->header();
       OP_REQUIRES(ctx, h.dim == static_cast<uint32_t>(dim) &&
                            h.num_slots == static_cast<uint32_t>(table.num_slots()) &&
@@ -240,7 +242,7 @@ class TableRestoreOp : public OpKernel {
     bool all_whole = true;
     for (const auto& reader : readers) all_whole &= reader->header().kind == kWholeShard;
     if (all_whole) {
-      table.Clear();
+      table.Clear(/*keep_memory=*/true);  // the restored rows reuse it
       int64_t saved_rows = 0;
       for (int64_t rows : expected_rows) saved_rows += std::max<int64_t>(0, rows);
       // Reading every file, this shard keeps about 1 / num_shards of their rows.
@@ -280,6 +282,8 @@ class TableRestoreOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = restored;
   }
+ private:
+  bool records_verified_ = false;
 };
 
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableSave").Device(::tensorflow::DEVICE_CPU), TableSaveOp);

@@ -143,7 +143,7 @@ absl::Status RowFileReader::Corrupt(const std::string& what) const {
 }
 
 absl::Status RowFileReader::Open(::tensorflow::Env* env, const std::string& path,
-                                 std::unique_ptr<RowFileReader>* out) {
+                                 std::unique_ptr<RowFileReader>* out, bool verify_records) {
   uint64_t size = 0;
   absl::Status status = env->GetFileSize(path, &size);
   if (!status.ok()) {
@@ -154,6 +154,7 @@ absl::Status RowFileReader::Open(::tensorflow::Env* env, const std::string& path
   TF_RETURN_IF_ERROR(env->NewRandomAccessFile(path, &file));
   out->reset(new RowFileReader(path, std::move(file), size));
   RowFileReader& reader = **out;
+  reader.verify_records_ = verify_records;
   char bytes[kHeaderBytes];
   TF_RETURN_IF_ERROR(reader.Read(kHeaderBytes, bytes, nullptr));
   if (std::memcmp(bytes, kMagic, sizeof(kMagic)) != 0) {
@@ -205,8 +206,9 @@ absl::Status RowFileReader::Read(uint64_t size, void* data, uint32_t* crc) {
 absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done) {
   *done = false;
   uint32_t crc = 0;
+  uint32_t* record_crc = verify_records_ ? &crc : nullptr;
   char head[8];
-  TF_RETURN_IF_ERROR(Read(4, head, &crc));
+  TF_RETURN_IF_ERROR(Read(4, head, record_crc));
   const uint32_t magic = Get<uint32_t>(head);
   if (magic == kFooterMagic) {
     char footer[kFooterBytes];
@@ -228,7 +230,7 @@ absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done) {
   if (magic != kChunkMagic && magic != kRemovedMagic) {
     return Corrupt(absl::StrCat("no record or footer at byte ", offset_ - 4));
   }
-  TF_RETURN_IF_ERROR(Read(4, head + 4, &crc));
+  TF_RETURN_IF_ERROR(Read(4, head + 4, record_crc));
   const uint64_t n = Get<uint32_t>(head + 4);
   const uint64_t record_row_bytes = magic == kChunkMagic ? RowBytes(header_) : sizeof(int64_t);
   if (n == 0 || n * record_row_bytes > size_ - offset_) {
@@ -238,21 +240,21 @@ absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done) {
   chunk->removed.clear();
   if (magic == kRemovedMagic) {
     chunk->removed.resize(n);
-    TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->removed.data(), &crc));
+    TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->removed.data(), record_crc));
   } else {
     const size_t dim = header_.dim, slot_width = size_t{header_.num_slots} * dim;
     chunk->keys.resize(n);
     chunk->metadata.resize(n * kNumMetadata);
     chunk->values.resize(n * dim);
     chunk->slots.resize(n * slot_width);
-    TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->keys.data(), &crc));
-    TF_RETURN_IF_ERROR(Read(chunk->metadata.size() * sizeof(int64_t), chunk->metadata.data(), &crc));
-    TF_RETURN_IF_ERROR(Read(chunk->values.size() * sizeof(float), chunk->values.data(), &crc));
-    TF_RETURN_IF_ERROR(Read(chunk->slots.size() * sizeof(float), chunk->slots.data(), &crc));
+    TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->keys.data(), record_crc));
+    TF_RETURN_IF_ERROR(Read(chunk->metadata.size() * sizeof(int64_t), chunk->metadata.data(), record_crc));
+    TF_RETURN_IF_ERROR(Read(chunk->values.size() * sizeof(float), chunk->values.data(), record_crc));
+    TF_RETURN_IF_ERROR(Read(chunk->slots.size() * sizeof(float), chunk->slots.data(), record_crc));
   }
   uint32_t stored = 0;
   TF_RETURN_IF_ERROR(Read(sizeof(stored), &stored, nullptr));
-  if (stored != crc) return Corrupt(absl::StrCat("checksum of the record ending at byte ", offset_));
+  if (verify_records_ && stored != crc) return Corrupt(absl::StrCat("checksum of the record ending at byte ", offset_));
   if (magic == kChunkMagic) {
     rows_ += static_cast<int64_t>(n);
     ++chunks_;

@@ -72,9 +72,11 @@ class RowFileWriter {
 // Reads a row file front to back, checking every checksum and that the footer ends it.
 class RowFileReader {
  public:
-  // Opens `path` and reads its header; the error names the file.
+  // Opens `path` and reads its header; the error names the file. Without
+  // verify_records, records' checksums are not computed (a reader of files that
+  // CheckRowFile has just verified); the header, footer and record framing still are.
   static absl::Status Open(::tensorflow::Env* env, const std::string& path,
-                           std::unique_ptr<RowFileReader>* out);
+                           std::unique_ptr<RowFileReader>* out, bool verify_records = true);
 
   const RowFileHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
@@ -93,6 +95,7 @@ class RowFileReader {
   std::string path_;
   std::unique_ptr<::tensorflow::RandomAccessFile> file_;
   uint64_t size_, offset_ = 0;
+  bool verify_records_ = true;
   RowFileHeader header_;
   int64_t rows_ = 0, chunks_ = 0, removed_ = 0;
 };

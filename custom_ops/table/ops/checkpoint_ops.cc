@@ -68,6 +68,7 @@ REGISTER_OP("Tfps>TableRestore")
     .Input("shard_index: int64")
     .Input("num_shards: int64")
     .Output("rows: int64")
+    .Attr("records_verified: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {0, 3, 4}, {1, 2}); })
     .Doc(R"doc(
@@ -76,7 +77,8 @@ Restores the rows of the files in `paths` whose keys route to shard `shard_index
 held (when every file is whole, the table is cleared first), a file of changes removes its
 removed keys and writes its rows. The clock becomes the largest saved one. The headers are
 checked against the table before it is touched; run Tfps>RowFilesCheck over the same files
-first to check every row. Returns the rows restored.
+first to check every row; with records_verified (it has) the records' checksums are not
+computed again. Returns the rows restored.
 )doc");
 
 }  // namespace tfps
