@@ -797,6 +797,17 @@ void TestCrc32cKnownValuesAndExtension() {
   }
   bytes[333] ^= 1;
   CHECK_TRUE(Crc32c(0, bytes.data(), bytes.size()) != whole);
+  // Long buffers run as interleaved streams: the same CRC as byte-at-a-time, at every
+  // length around the block sizes and for every starting CRC.
+  std::vector<uint8_t> big(3 * 4096 * 3 + 77);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  for (size_t size : {size_t{0}, size_t{12287}, size_t{12288}, size_t{12289}, size_t{24576 + 5}, big.size()}) {
+    uint32_t bytewise = 0;
+    for (size_t i = 0; i < size; ++i) bytewise = Crc32c(bytewise, big.data() + i, 1);
+    CHECK_TRUE(Crc32c(0, big.data(), size) == bytewise);
+    CHECK_TRUE(Crc32c(Crc32c(0, big.data(), 3), big.data() + 3, size - std::min<size_t>(size, 3)) ==
+               Crc32c(0, big.data(), std::max<size_t>(size, 3)));
+  }
 }
 
 }  // namespace
