@@ -9,7 +9,8 @@ then the chief times a full tfps save (`tf.train.Checkpoint.write`), stock `tf.V
 of the same bytes per parameter server (created on those tasks) saved the same way, and
 the restores of both into the running tables and variables after 1% of the rows changed
 (and, for tfps, once more into emptied tables, as a new process restores); then 1% of the rows change and a save of changes runs
-(`tfps.checkpoint.changes_only()`); then `save_for_serving` exports the table. Around each
+(`tfps.checkpoint.changes_only()`), beside the time any checkpoint write takes here (one
+one-element variable); then `save_for_serving` exports the table. Around each
 operation (saves and restores: the median of 3 runs, tfps and stock taking turns) every process's peak RSS is reset (/proc/PID/clear_refs) and read back (VmHWM),
 so "extra" is the peak above the RSS before (for restores, above the RSS after as well:
 the rows a restore brings back are not extra), measured in each process itself. Prints one JSON line per size and a summary
@@ -144,11 +145,21 @@ def run_cluster_task(args):
     # Into empty tables, as a new process restores: every row's memory is fresh.
     table.clear()
     record.update(timed("tfps_restore_into_empty", lambda: table_ckpt.read(table_path).assert_consumed()))
-    # 1% of the rows change; a save of changes writes just those.
-    fill(tf.constant(0, tf.int64), num_keys // 100, 100)
-    with tfps.checkpoint.changes_only():
-        record.update(timed("tfps_delta_save", lambda: table_ckpt.write(table_path + "-delta")))
-    record["delta_bytes"] = sum(os.path.getsize(p) for p in glob.glob(table_path + "-delta-tfps*"))
+    # 1% of the rows change; a save of changes writes just those (median of REPEATS, each
+    # after its own 1%). Beside it, the floor of any checkpoint write in this cluster: one
+    # one-element variable on a parameter server.
+    deltas = []
+    for repeat in range(REPEATS):
+        fill(tf.constant(repeat, tf.int64), num_keys // 100, 100)
+        with tfps.checkpoint.changes_only():
+            deltas.append(timed("tfps_delta_save", lambda: table_ckpt.write(f"{table_path}-delta{repeat}")))
+    record.update(sorted(deltas, key=lambda r: r["tfps_delta_save_s"])[len(deltas) // 2])
+    record["delta_bytes"] = sum(os.path.getsize(p) for p in glob.glob(table_path + "-delta0-tfps*"))
+    with tf.device(devices[0]):
+        tiny = tf.train.Checkpoint(v=tf.Variable([0.0]))
+    floor = sorted(timed("floor", lambda: tiny.write(os.path.join(args.dir, f"tiny{i}")))["floor_s"]
+                   for i in range(REPEATS))
+    record["checkpoint_write_floor_s"] = floor[len(floor) // 2]
     record.update(timed("export", lambda: tfps.export.save_for_serving(
         model, os.path.join(args.dir, "export"))))
     print("RESULT " + json.dumps(record), flush=True)
@@ -164,6 +175,8 @@ def summarize(record):
             "chief_extra_mib": max(record["tfps_save_chief_extra_mib"],
                                    record["tfps_restore_chief_extra_mib"]),
             "delta_1pct_vs_full_save_time": round(record["tfps_delta_save_s"] / record["tfps_save_s"], 3),
+            "delta_1pct_s": record["tfps_delta_save_s"],
+            "checkpoint_write_floor_s": record["checkpoint_write_floor_s"],
             "export_s": record["export_s"], "export_chief_extra_mib": record["export_chief_extra_mib"],
             "ps_extra_mib": ps_extra, "ps_extra_limit_mib": round(64 + 0.02 * table_mib, 1),
             "restored_rows_equal": record["restored_rows_equal"]}
