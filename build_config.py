@@ -7,8 +7,11 @@ checks that both builds list the same sources.
 CORE_SOURCES = [
     "custom_ops/core/block_cache.cc",
     "custom_ops/core/crc32c.cc",
+    "custom_ops/core/eviction.cc",
     "custom_ops/core/memory.cc",
+    "custom_ops/core/pending.cc",
     "custom_ops/core/table.cc",
+    "custom_ops/core/table_save.cc",
 ]
 
 OP_SOURCES = [
@@ -28,7 +31,8 @@ OP_SOURCES = [
     "custom_ops/keys/kernels/key_kernels.cc",
 ]
 
-CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc"]
+# Each is a test program of its own.
+CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc", "custom_ops/core/tests/policies_test.cc"]
 
 # CUDA sources: compiled by custom_ops/core/gpu/build.sh (TF-free harness and benchmark)
 # and by `bazel build --config=cuda`; CI compiles them with nvcc so they never rot.

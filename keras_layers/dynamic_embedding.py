@@ -4,7 +4,9 @@ the parameter servers."""
 import tensorflow as tf
 import tf_keras as keras
 
+from tfps import admission as admission_lib
 from tfps import arguments
+from tfps import eviction as eviction_lib
 from tfps import initializers as initializers_lib
 from tfps import keys as keys_lib
 from tfps import optimizer_bridge
@@ -59,10 +61,16 @@ class DynamicEmbedding(keras.layers.Layer):
       embeddings_regularizer: a Keras regularizer of the rows a training step looks up
         (each distinct row once), added to the layer's losses; a stock Embedding's
         regularizes its whole matrix, which a table of every ID ever seen cannot afford.
+      admission: a `tfps.admission` policy: an ID gets a row only once admitted (say
+        after MinCount(2) occurrences); until then training reads it as `unseen` says
+        and drops its gradient. None: every ID trained gets a row.
+      eviction: a `tfps.eviction` policy (TTL, DecayedFrequency; LRU or LFU order a cap).
+      max_rows: a cap on the table's rows, split over the parameter servers (None: none).
     """
 
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
-                 key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None, **kwargs):
+                 key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
+                 admission=None, eviction=None, max_rows=None, **kwargs):
         super().__init__(**kwargs)
         dim = arguments.positive_int(dim, "dim", "DynamicEmbedding")
         seed = arguments.seed(seed if seed is not None else arguments.seed_of_name(self.name),
@@ -83,12 +91,16 @@ class DynamicEmbedding(keras.layers.Layer):
         self.seed = seed
         self.unseen = unseen
         self.embeddings_regularizer = keras.regularizers.get(embeddings_regularizer)
+        self.admission = admission_lib.get(admission)
+        self.eviction = eviction_lib.get(eviction)
+        self.max_rows = eviction_lib.check_max_rows(max_rows, "DynamicEmbedding")
         optimizer_bridge.check_strategy(tf.distribute.get_strategy(), self.name)
         # Created here, where the user's strategy scope is current: Keras builds layers of a
         # functional model inside its own graph, where the strategy is not visible.
         with tf.init_scope():
             self.table = ShardedTable(dim, optimizer=self.optimizer, initializer=self.initializer,
-                                      seed=seed, name=self.name)
+                                      seed=seed, name=self.name, admission=self.admission,
+                                      eviction=self.eviction, max_rows=self.max_rows)
         # Set by tfps.export while it traces the serving graph: lookups then use this frozen
         # table and stock ops only.
         self._serving_table = None
@@ -181,10 +193,16 @@ class DynamicEmbedding(keras.layers.Layer):
         unique, index, occurrences = tf.unique_with_counts(keys, out_idx=tf.int64)
         if trains:
             # Counts are of occurrences, so they do not depend on how the data is batched.
-            found = self.table.find_or_insert(unique, occurrences)
-            rows = self._with_table_gradient(tf.gather(found, index), keys)
+            found, admitted = self.table.find_or_insert(unique, occurrences, return_admitted=True)
+            if self.admission is None:
+                admitted = None  # every key has a row: nothing to mask
+            elif self.unseen == "zeros":
+                found = tf.where(admitted[:, None], found, 0.0)
+            rows = self._with_table_gradient(
+                tf.gather(found, index), keys, None if admitted is None else tf.gather(admitted, index))
             if self.embeddings_regularizer is not None:
-                self.add_loss(self.embeddings_regularizer(self._with_table_gradient(found, unique)))
+                self.add_loss(self.embeddings_regularizer(
+                    self._with_table_gradient(found, unique, admitted)))
         elif self._serving_table is not None:
             rows, exists = self._serving_table.find(unique)
             if self.unseen == "initial":
@@ -197,9 +215,10 @@ class DynamicEmbedding(keras.layers.Layer):
             rows = tf.gather(rows, index)
         return tf.reshape(rows, tf.concat([tf.shape(ids), [self.dim]], 0))
 
-    def _with_table_gradient(self, rows, keys):
+    def _with_table_gradient(self, rows, keys, admitted=None):
         """`rows` [m, dim] of `keys` [m], whose gradient reaches table_proxy as IndexedSlices
-        over the keys (one slice per occurrence, like a stock Embedding's gather)."""
+        over the keys (one slice per occurrence, like a stock Embedding's gather), leaving
+        out keys not `admitted` (bool [m]; None: all are), which have no row to train."""
         proxy = self.table_proxy
         dense_shape = tf.constant([0, self.dim], tf.int64)
 
@@ -208,7 +227,10 @@ class DynamicEmbedding(keras.layers.Layer):
             proxy.value()  # the read lets the tape route the gradient to the proxy
 
             def gradient(dy, variables=None):
-                return None, [tf.IndexedSlices(dy, keys, dense_shape) for _ in variables]
+                slice_keys = keys
+                if admitted is not None:
+                    dy, slice_keys = tf.boolean_mask(dy, admitted), tf.boolean_mask(keys, admitted)
+                return None, [tf.IndexedSlices(dy, slice_keys, dense_shape) for _ in variables]
 
             return tf.identity(r), gradient
 
@@ -270,5 +292,7 @@ class DynamicEmbedding(keras.layers.Layer):
                 "optimizer": optimizers_lib.serialize(self.optimizer),
                 "key_dtype": self.key_dtype.name, "seed": self.seed, "unseen": self.unseen,
                 "embeddings_regularizer": keras.regularizers.serialize(self.embeddings_regularizer)
-                if self.embeddings_regularizer is not None else None}
+                if self.embeddings_regularizer is not None else None,
+                "admission": admission_lib.serialize(self.admission),
+                "eviction": eviction_lib.serialize(self.eviction), "max_rows": self.max_rows}
 

@@ -115,10 +115,10 @@ def test_a_newer_format_version_is_refused_naming_both_versions(tmp_path):
     path = str(tmp_path / "shard.rows")
     ops.tfps_table_save(table.resource_handle, path, 0, 1)
     data = bytearray(open(path, "rb").read())
-    data[8] = 2  # the version field; the header checksum below is made to match it
+    data[8] = 3  # the version field; the header checksum below is made to match it
     data[60:64] = crc32c(bytes(data[:60])).to_bytes(4, "little")
     open(path, "wb").write(bytes(data))
-    with pytest.raises(tf.errors.FailedPreconditionError, match="format version 2; this tfps reads version 1"):
+    with pytest.raises(tf.errors.FailedPreconditionError, match="format version 3; this tfps reads versions 1 to 2"):
         ops.tfps_row_files_check([path], [-1], dim=DIM, num_slots=1, optimizer="adagrad")
 
 
@@ -142,7 +142,7 @@ def test_the_file_layout_is_as_documented(tmp_path):
     assert data[:8] == b"TFPSROWS"
     version, dim, slots, optimizer = np.frombuffer(data, np.uint32, 4, 8)
     clock = int(np.frombuffer(data, np.int64, 1, 24)[0])
-    assert (version, dim, slots, optimizer, clock) == (1, DIM, 1, 1, 3)
+    assert (version, dim, slots, optimizer, clock) == (2, DIM, 1, 1, 3)
     assert np.frombuffer(data, np.uint32, 3, 32).tolist() == [0, 1, 0]  # shard 0 of 1, whole
     assert int(np.frombuffer(data, np.uint32, 1, 60)[0]) == crc32c(data[:60])
     offset, keys, values, chunks = 64, [], [], 0
@@ -150,11 +150,19 @@ def test_the_file_layout_is_as_documented(tmp_path):
         n = int(np.frombuffer(data, np.uint32, 1, offset + 4)[0])
         start, at = offset, offset + 8
         keys.append(np.frombuffer(data, np.int64, n, at))
-        at += 8 * n + 24 * n
+        at += 8 * n + 32 * n
         values.append(np.frombuffer(data, np.float32, n * DIM, at).reshape(n, DIM))
         at += 4 * n * DIM * 2
         assert int(np.frombuffer(data, np.uint32, 1, at)[0]) == crc32c(data[start:at])
         offset, chunks = at + 4, chunks + 1
+    # The table's state after the rows: admitted, rejected, evicted, then (clock, time) pairs.
+    assert data[offset:offset + 4] == b"TABL"
+    n = int(np.frombuffer(data, np.uint32, 1, offset + 4)[0])
+    state = np.frombuffer(data, np.int64, n, offset + 8)
+    assert n == 3  # no TTL in seconds: no clock times
+    assert state.tolist() == [table.stats()[k] for k in ("admitted", "rejected", "evicted")]
+    assert int(np.frombuffer(data, np.uint32, 1, offset + 8 + 8 * n)[0]) == crc32c(data[offset:offset + 8 + 8 * n])
+    offset += 12 + 8 * n
     assert data[offset:offset + 4] == b"TEND" and len(data) == offset + 40
     assert chunks > 1  # 64 KiB chunks
     assert np.frombuffer(data, np.uint64, 3, offset + 8).tolist() == [len(KEYS), chunks, 0]
@@ -162,6 +170,37 @@ def test_the_file_layout_is_as_documented(tmp_path):
     keys, values = np.concatenate(keys), np.concatenate(values)
     np.testing.assert_array_equal(values, table.find(keys).numpy())
     np.testing.assert_array_equal(np.sort(keys), np.sort(KEYS))
+
+
+def test_a_version_1_file_from_the_documented_layout_restores(tmp_path):
+    """Files written before rows kept a score column (3 metadata columns, no state records)
+    still restore; their rows' scores read 0."""
+    from tfps._ops import ops
+    rng = np.random.default_rng(5)
+    keys = np.array([3, -7, 1 << 40], np.int64)
+    metadata = np.array([[5, 2, 0], [1, 9, 0], [7, 4, 0]], np.int64)
+    values = rng.normal(size=(3, DIM)).astype(np.float32)
+    slots = rng.uniform(0.1, 1, size=(3, 1, DIM)).astype(np.float32)
+    header = bytearray(b"TFPSROWS" + np.array([1, DIM, 1, 1], np.uint32).tobytes() +
+                       np.array([9], np.int64).tobytes() + np.array([0, 1, 0], np.uint32).tobytes())
+    header += bytes(60 - len(header))
+    header += crc32c(bytes(header)).to_bytes(4, "little")
+    record = b"CHNK" + np.uint32(3).tobytes() + keys.tobytes() + metadata.tobytes() + \
+        values.tobytes() + slots.tobytes()
+    record += crc32c(record).to_bytes(4, "little")
+    footer = b"TEND" + bytes(4) + np.array([3, 1, 0], np.uint64).tobytes() + bytes(4)
+    footer += crc32c(footer).to_bytes(4, "little")
+    path = str(tmp_path / "v1.rows")
+    open(path, "wb").write(bytes(header) + record + footer)
+    table = tfps.DynamicTable(DIM, optimizer="adagrad")
+    ops.tfps_row_files_check([path], [3], dim=DIM, num_slots=1, optimizer="adagrad")
+    assert int(ops.tfps_table_restore(table.resource_handle, [path], [3], 0, 1)) == 3
+    rows = sorted_rows(table)
+    order = np.argsort(keys)
+    np.testing.assert_array_equal(rows["values"], values[order])
+    np.testing.assert_array_equal(rows["slots"], slots[order])
+    np.testing.assert_array_equal(rows["metadata"], np.c_[metadata, np.zeros(3, np.int64)][order])
+    assert int(table.clock()) == 9
 
 
 def test_checkpoint_manager_deletes_the_table_files_of_checkpoints_it_drops(tmp_path):

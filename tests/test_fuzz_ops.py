@@ -151,6 +151,32 @@ CASES = [
     lambda: ops.tfps_table_stats(hist.handle),
     lambda: ops.tfps_table_stats(table),
 ]
+
+def policy_table(**attrs):
+    return ops.tfps_table_create(dim=2, optimizer="sgd", learning_rate=0.1, initializer="zeros", **attrs)
+
+admitting = policy_table(admission="min_count", min_count=3, sketch_bytes=4096, eviction="ttl",
+                         ttl_steps=2, max_rows=64, shared_name="fuzz_policies")
+POLICY_CASES = [
+    # eviction on demand, policies at creation (bad values must be refused)
+    lambda: ops.tfps_table_evict(hist.handle),
+    lambda: policy_table(admission="min_count", min_count=0),
+    lambda: policy_table(admission="probability", admission_probability=0.0),
+    lambda: policy_table(admission="probability", admission_probability=nan),
+    lambda: policy_table(admission="min_count", min_count=2, sketch_bytes=-1),
+    lambda: policy_table(eviction="ttl"),
+    lambda: policy_table(eviction="ttl", ttl_steps=3, ttl_seconds=1.0),
+    lambda: policy_table(eviction="ttl", ttl_seconds=float("inf")),
+    lambda: policy_table(eviction="decayed_frequency", decay=0.0, threshold=1.0),
+    lambda: policy_table(eviction="decayed_frequency", decay=0.9, threshold=nan),
+    lambda: policy_table(max_rows=-1),
+    lambda: ops.tfps_table_find_or_insert(admitting, tf.constant(np.arange(-1000, 1000), I64),
+                                          tf.fill([2000], tf.constant(big, I64)), dim=2),
+    lambda: ops.tfps_table_evict(admitting),
+    lambda: ops.tfps_table_import(table, keys2, rows2, tf.ones([2, 1, 2]), tf.zeros([2, 4], I64), dim=2, num_slots=1),
+    lambda: ops.tfps_table_import(table, keys2, rows2, tf.ones([2, 1, 2]), tf.zeros([2, 5], I64), dim=2, num_slots=1),
+]
+CASES += POLICY_CASES
 '''
 
 RUNNER = CASES + r'''
@@ -194,4 +220,9 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     for i in (5, 11, 17, 23, 43, 44, 52, 58, 59, 69, 70, 71, 72, 73, 74, 75, 77, 78, 79, 81, 82, 83, 85, 86, 87, 89, 90, 92):
         assert outcomes[i] == "error", f"case {i} was accepted"
     for i in (76, 80, 84, 88, 91, 93):  # an empty update, a group sum, a clock read, a rate, a saturating count
+        assert outcomes[i] == "ok", f"case {i} was refused"
+    policy_cases = list(range(94, total))
+    for i in policy_cases[:11] + policy_cases[14:]:  # bad handles and bad policy values
+        assert outcomes[i] == "error", f"case {i} was accepted"
+    for i in policy_cases[11:14]:  # saturating counts under admission, evict, 4 metadata columns
         assert outcomes[i] == "ok", f"case {i} was refused"

@@ -82,7 +82,7 @@ def test_insert_and_import_shape_errors():
     with pytest.raises(ERRORS, match=r"Tfps>TableImport: slots must have shape"):
         table.import_rows(rows)
     rows = rows._replace(slots=tf.zeros([1, 2, 2]), metadata=tf.zeros([1, 2], tf.int64))
-    with pytest.raises(ERRORS, match=r"Tfps>TableImport: metadata must have shape \[num_keys, 3\]"):
+    with pytest.raises(ERRORS, match=r"Tfps>TableImport: metadata must have shape \[num_keys, 4\]"):
         table.import_rows(rows)
 
 
@@ -152,7 +152,9 @@ def test_python_constructors_reject_bad_arguments(make, message):
     (dict(optimizer="adagrad", optimizer_params=[0.1, 1e-7]), r"optimizer sgd .* not dim 2, optimizer adagrad"),
     (dict(learning_rate=0.2), r"learning_rate 0.1,.* not .*learning_rate 0.2"),
     (dict(initializer="uniform", initializer_params=[-1.0, 1.0]), r"initializer zeros .* initializer uniform"),
-    (dict(seed=7), r"seed 0, not .*seed 7"),
+    (dict(seed=7), r"seed 0, .*not .*seed 7"),
+    (dict(admission="min_count", min_count=2), r"admission none .*not .*admission min_count \(min_count 2"),
+    (dict(eviction="lru", max_rows=100), r"eviction none .*not .*eviction lru .*max_rows 100"),
 ])
 def test_same_shared_name_with_another_configuration_is_refused(change, message):
     common = dict(dim=2, optimizer="sgd", learning_rate=0.1, initializer="zeros", shared_name="dup_table")

@@ -111,7 +111,7 @@ def test_optimizer_math_over_steps_with_repeated_keys(run, name, optimizer, hp):
         i = by_key[k]
         np.testing.assert_allclose(exported.values.numpy()[i], value, rtol=2e-5, atol=2e-6)
         np.testing.assert_allclose(exported.slots.numpy()[i], slots, rtol=2e-5, atol=2e-6)
-        count, _, opt_step = exported.metadata.numpy()[i]
+        count, _, opt_step, _ = exported.metadata.numpy()[i]
         assert count == 0  # applies do not count occurrences; training lookups do
         assert opt_step == (steps[k] if name == "adam" else 0)
 
@@ -170,7 +170,7 @@ def test_empty_inputs(run):
     assert run(table.remove, empty) == 0
     rows = table.export()
     assert rows.keys.shape == (0,) and rows.values.shape == (0, 3)
-    assert rows.slots.shape == (0, 1, 3) and rows.metadata.shape == (0, 3)
+    assert rows.slots.shape == (0, 1, 3) and rows.metadata.shape == (0, 4)
     assert list(table.export_chunks(10)) == []
     assert int(table.size()) == 0
 
@@ -192,8 +192,8 @@ def test_export_in_bounded_chunks_covers_every_row_once(run):
     metadata = np.concatenate([r.metadata for r in seen])
     trained = np.isin(all_keys, keys[:300])
     # Every key was looked up once (its count); 300 were then trained at step 11.
-    np.testing.assert_array_equal(metadata[trained], [[1, 11, 1]] * 300)
-    np.testing.assert_array_equal(metadata[~trained], [[1, 0, 0]] * 700)
+    np.testing.assert_array_equal(metadata[trained], [[1, 11, 1, 0]] * 300)
+    np.testing.assert_array_equal(metadata[~trained], [[1, 0, 0, 0]] * 700)
     full = table.export()
     np.testing.assert_array_equal(np.sort(full.keys.numpy()), np.sort(all_keys))
 

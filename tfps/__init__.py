@@ -9,10 +9,12 @@ if not _os.path.isdir(_os.path.join(__path__[0], "keras_layers")) and _os.path.i
         _os.path.join(_checkout, "keras_layers", "dynamic_embedding.py")):
     __path__.append(_checkout)
 
+from tfps import admission
 from tfps import callbacks
 from tfps import checkpoint
 from tfps import data
 from tfps import distribute
+from tfps import eviction
 from tfps import export
 from tfps import initializers
 from tfps import keras_saving
@@ -28,5 +30,5 @@ keras_saving.install()
 
 __version__ = "0.1.0"
 
-__all__ = ["DynamicTable", "TableRows", "callbacks", "checkpoint", "data", "distribute", "export",
-           "initializers", "keras_layers", "metrics", "optimizers"]
+__all__ = ["DynamicTable", "TableRows", "admission", "callbacks", "checkpoint", "data", "distribute",
+           "eviction", "export", "initializers", "keras_layers", "metrics", "optimizers"]

@@ -157,8 +157,10 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
 class TableStats(keras.callbacks.Callback):
     """Logs the statistics of every DynamicEmbedding's table while a model trains.
 
-    At each epoch end, `{layer}/rows` and `{layer}/memory_mib` (index and mapped rows,
-    summed over the shards) go into fit's logs, so History and other callbacks see them;
+    At each epoch end, `{layer}/rows` and `{layer}/memory_mib` (index, mapped rows and
+    admission counts, summed over the shards), and for a table with an admission or
+    eviction policy or a row cap also `{layer}/admitted`, `/pending`, `/rejected` and
+    `/evicted` (see DynamicTable.stats), go into fit's logs, so History and other callbacks see them;
     with `log_dir` they are also written as TensorBoard scalars at the optimizer's step, and
     with `every_n_steps` every that many steps as well. Each table's statistics are read
     with one small op per shard, on its parameter server.
@@ -194,6 +196,9 @@ class TableStats(keras.callbacks.Callback):
                 stats = layer.table.stats()
                 values[f"{layer.name}/rows"] = stats["rows"]
                 values[f"{layer.name}/memory_mib"] = stats["memory_bytes"] / (1 << 20)
+                if layer.admission or layer.eviction or layer.max_rows:
+                    for name in ("admitted", "pending", "rejected", "evicted"):
+                        values[f"{layer.name}/{name}"] = stats[name]
         return values
 
     def _summarize(self, values):

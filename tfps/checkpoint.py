@@ -30,7 +30,7 @@ from tfps.sharded_table import ShardedTable
 from tfps.table import DynamicTable
 
 SAVER_NAME = "tfps.DynamicTable"  # package.name of the registration below
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 
 
@@ -142,13 +142,15 @@ def _on_every_shard(calls):
 
 
 def _check_layout(key, layout, table):
-    """Raises before any file is read if the saved table cannot go into `table`."""
-    expected = tf.constant(_layout(table)[:4], tf.int64)
+    """Raises before any file is read if the saved table cannot go into `table`: its dim,
+    slots or optimizer differ, or its format is newer than this tfps reads."""
+    expected = tf.constant(_layout(table)[1:4], tf.int64)
     message = tf.strings.format(
         "tfps: checkpointed table '{}' has [format version, dim, slots, optimizer] {}, but the "
-        "table restoring it has {} (optimizers: 0 sgd, 1 adagrad, 2 adam, 3 ftrl)",
-        (key, layout[:4], expected))
-    tf.debugging.assert_equal(layout[:4], expected, message=message)
+        "table restoring it has [{} (or older), {}] (optimizers: 0 sgd, 1 adagrad, 2 adam, 3 ftrl)",
+        (key, layout[:4], FORMAT_VERSION, expected))
+    tf.debugging.assert_equal(layout[1:4], expected, message=message)
+    tf.debugging.assert_less_equal(layout[0], tf.constant(FORMAT_VERSION, tf.int64), message=message)
 
 
 def delete(prefix):

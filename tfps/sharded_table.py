@@ -4,6 +4,7 @@ import tensorflow as tf
 from tensorflow.python.saved_model import registration
 from tensorflow.python.trackable import base as trackable_base
 
+from tfps import eviction as eviction_lib
 from tfps import keys as keys_lib
 from tfps.table import DynamicTable, TableRows, config_from_proto, config_proto
 
@@ -33,19 +34,24 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     the table has now.
 
     Args:
-      dim, optimizer, initializer, seed, name: as for DynamicTable.
+      dim, optimizer, initializer, seed, name, admission, eviction: as for DynamicTable.
+      max_rows: a cap on the table's rows, split evenly over the shards (None: none).
       devices: one device per shard; None means the current strategy's PS tasks (one
         local shard when there are none).
     """
 
     def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0, name="table",
-                 devices=None):
+                 devices=None, admission=None, eviction=None, max_rows=None):
         self._devices = list(devices) if devices is not None else parameter_server_devices()
+        max_rows = eviction_lib.check_max_rows(max_rows, "ShardedTable")
+        shard_caps = eviction_lib.split_max_rows(max_rows, len(self._devices))
         self._shards = []
-        for i, device in enumerate(self._devices):
+        for i, (device, cap) in enumerate(zip(self._devices, shard_caps)):
             with tf.init_scope(), tf.device(device):
                 self._shards.append(DynamicTable(dim, optimizer=optimizer, initializer=initializer,
-                                                 seed=seed, name=f"{name}_shard{i}"))
+                                                 seed=seed, name=f"{name}_shard{i}",
+                                                 admission=admission, eviction=eviction,
+                                                 max_rows=cap or None))
         for shard in self._shards:
             shard.in_sharded_table = True
         self._dim = dim
@@ -124,16 +130,21 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def _gather_back(self, positions, pieces):
         return pieces[0] if positions[0] is None else tf.dynamic_stitch(positions, pieces)
 
-    def find_or_insert(self, keys, occurrences=None):
+    def find_or_insert(self, keys, occurrences=None, return_admitted=False):
         """Rows of integer keys of any shape S, inserting new ones: float32 S + [dim]; each
-        key's count grows by its `occurrences` (int64 S) or by 1."""
+        key's count grows by its `occurrences` (int64 S) or by 1. With `return_admitted`,
+        also a bool S mask of the keys that have a row (see DynamicTable.find_or_insert)."""
         flat, shape = _flattened(keys)
         if occurrences is None:
-            rows, positions = self.per_shard(lambda t, k: t.find_or_insert(k), flat)
+            found, positions = self.per_shard(lambda t, k: t.find_or_insert(k, return_admitted=True), flat)
         else:
-            rows, positions = self.per_shard(lambda t, k, o: t.find_or_insert(k, o), flat,
-                                             tf.reshape(tf.cast(occurrences, tf.int64), [-1]))
-        return self._shaped(self._gather_back(positions, rows), shape)
+            found, positions = self.per_shard(
+                lambda t, k, o: t.find_or_insert(k, o, return_admitted=True), flat,
+                tf.reshape(tf.cast(occurrences, tf.int64), [-1]))
+        values = self._shaped(self._gather_back(positions, [rows for rows, _ in found]), shape)
+        if not return_admitted:
+            return values
+        return values, tf.reshape(self._gather_back(positions, [a for _, a in found]), shape)
 
     def find(self, keys, return_exists=False):
         """Rows of integer keys of any shape S without inserting (float32 S + [dim]), and
@@ -177,6 +188,11 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         shards = [table.stats() for table in self._shards]
         totals = {name: sum(s[name] for s in shards) for name in DynamicTable.STATS if name != "clock"}
         return {**totals, "clock": max(s["clock"] for s in shards), "shards": shards}
+
+    def evict(self):
+        """Sweeps every shard now (each on its own device), removing the rows the eviction
+        policy says go; returns how many went (int64 scalar)."""
+        return tf.add_n([table.evict() for table in self._shards])
 
     def clocks(self):
         """Each shard's clock (int64 [num_shards]): its count of apply_gradients calls."""

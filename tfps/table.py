@@ -9,18 +9,34 @@ import tensorflow as tf
 from google.protobuf import wrappers_pb2
 from tensorflow.python.saved_model import registration
 
+from tfps import admission as admission_lib
 from tfps import arguments
+from tfps import eviction as eviction_lib
 from tfps import initializers as initializers_lib
 from tfps import optimizers as optimizers_lib
 from tfps._ops import ops
 
-TableRows = collections.namedtuple("TableRows", ["keys", "values", "slots", "metadata"])
-TableRows.__doc__ = """Rows of a table, as exported and imported.
 
-keys: int64 [n]. values: float32 [n, dim]. slots: float32 [n, num_slots, dim].
-metadata: int64 [n, 3], columns (occurrence count: how often training looked the key up,
-each occurrence in a batch counting; last-seen step; optimizer step).
-"""
+class TableRows(collections.namedtuple("TableRows", ["keys", "values", "slots", "metadata"])):
+    """Rows of a table, as exported and imported.
+
+    keys: int64 [n]. values: float32 [n, dim]. slots: float32 [n, num_slots, dim].
+    metadata: int64 [n, 4], columns (occurrence count: how often training looked the key
+    up, each occurrence in a batch counting; last-seen step of the table's clock; optimizer
+    step; the DecayedFrequency score as the bits of a float32, 0 without that policy:
+    `scores` reads it). Rows exported before scores existed have 3 columns; import_rows
+    takes both.
+    """
+
+    __slots__ = ()
+
+    @property
+    def scores(self):
+        """The DecayedFrequency scores (float32 [n]; 0 where the table keeps none)."""
+        if self.metadata.shape[-1] == 3:
+            return tf.zeros(tf.shape(self.metadata)[:1], tf.float32)
+        return tf.bitcast(tf.cast(self.metadata[:, 3], tf.uint32), tf.float32)
+
 
 _INT64_MAX = (1 << 63) - 1
 _table_ids = itertools.count()
@@ -57,10 +73,15 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
       huge_pages: keep rows on transparent huge pages: faster growth on bare metal, but
         on virtual machines a fresh huge page can stall for a long time. Default: the
         environment variable TFPS_HUGE_PAGES=1, else off.
+      admission: a `tfps.admission` policy (None: every key looked up gets a row).
+      eviction: a `tfps.eviction` policy (None: rows stay until removed).
+      max_rows: a cap on this table's rows (None: none); inserts beyond it evict rows, in
+        the eviction policy's order (least recently seen by default).
     """
 
     def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0,
-                 name="dynamic_table", huge_pages=None):
+                 name="dynamic_table", huge_pages=None, admission=None, eviction=None,
+                 max_rows=None):
         dim = arguments.positive_int(dim, "dim", "DynamicTable")
         seed = arguments.seed(seed, "DynamicTable")
         self._dim = dim
@@ -69,6 +90,9 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             initializer if initializer is not None else initializers_lib.RandomUniform())
         self._seed = seed
         self._name = name
+        self._admission = admission_lib.get(admission)
+        self._eviction = eviction_lib.get(eviction)
+        self._max_rows = eviction_lib.check_max_rows(max_rows, "DynamicTable")
         if huge_pages is None:
             huge_pages = os.environ.get("TFPS_HUGE_PAGES", "0") == "1"
         self._huge_pages = bool(huge_pages)
@@ -103,6 +127,18 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
     def num_slots(self):
         return self._optimizer.num_slots
 
+    @property
+    def admission(self):
+        return self._admission
+
+    @property
+    def eviction(self):
+        return self._eviction
+
+    @property
+    def max_rows(self):
+        return self._max_rows
+
     def _create_resource(self):
         return ops.tfps_table_create(
             dim=self._dim,
@@ -113,12 +149,16 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             initializer_params=self._initializer.op_params(),
             seed=self._seed,
             huge_pages=self._huge_pages,
-            shared_name=self._shared_name)
+            shared_name=self._shared_name,
+            **admission_lib.op_attrs(self._admission),
+            **eviction_lib.op_attrs(self._eviction, self._max_rows or 0))
 
     def get_config(self):
         return {"dim": self._dim, "optimizer": optimizers_lib.serialize(self._optimizer),
                 "initializer": initializers_lib.serialize(self._initializer), "seed": self._seed,
-                "name": self._name, "huge_pages": self._huge_pages}
+                "name": self._name, "huge_pages": self._huge_pages,
+                "admission": admission_lib.serialize(self._admission),
+                "eviction": eviction_lib.serialize(self._eviction), "max_rows": self._max_rows}
 
     # A SavedModel revives the table from its arguments, so that loading needs tfps's
     # Python classes (whose ops the table's functions use anyway) and not a traced create
@@ -151,16 +191,21 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         values, exists = ops.tfps_table_find(self.resource_handle, keys, dim=self._dim)
         return (values, exists) if return_exists else values
 
-    def find_or_insert(self, keys, occurrences=None):
+    def find_or_insert(self, keys, occurrences=None, return_admitted=False):
         """Rows of `keys`, inserting absent keys with their initial value: float32 [*S, dim].
 
         Each key's occurrence count (metadata column 0) grows by its entry of `occurrences`
         (int64, the keys' shape: how often the key occurred in the data a caller deduplicated)
-        or by 1 per entry of `keys`."""
+        or by 1 per entry of `keys`, and its last-seen step becomes the table's clock. Under
+        an admission policy an absent key is only counted until admitted, and reads its
+        initial value; `return_admitted` also returns a bool tensor of shape S, true where
+        the key has a row. Then sweeps a few rows for eviction."""
         keys = _as_keys(keys, "find_or_insert")
         occurrences = (tf.zeros([0], tf.int64) if occurrences is None
                        else tf.cast(occurrences, tf.int64))
-        return ops.tfps_table_find_or_insert(self.resource_handle, keys, occurrences, dim=self._dim)
+        values, admitted = ops.tfps_table_find_or_insert(self.resource_handle, keys, occurrences,
+                                                         dim=self._dim)
+        return (values, admitted) if return_admitted else values
 
     def apply_gradients(self, keys, gradients, step=0, learning_rate=None):
         """Applies the optimizer to each key's row, atomically per row.
@@ -203,12 +248,22 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         negative `step` (int64 scalar). Saved and restored with the rows."""
         return ops.tfps_table_clock(self.resource_handle)
 
-    STATS = ("rows", "memory_bytes", "row_memory_bytes", "clock")
+    STATS = ("rows", "memory_bytes", "row_memory_bytes", "clock", "admitted", "pending",
+             "rejected", "evicted")
 
     def stats(self):
-        """{"rows", "memory_bytes" (index and mapped rows), "row_memory_bytes", "clock"} as
-        ints, read in one op where the table lives (eager)."""
+        """The table's statistics as ints, read in one op where the table lives (eager):
+        rows; memory_bytes (index, mapped rows, and the counts of keys waiting for
+        admission); row_memory_bytes; clock; admitted (rows created by training lookups and
+        applies); pending (keys waiting for admission, estimated for a sketch); rejected
+        (occurrences of keys looked up without a row: their gradients dropped); evicted
+        (rows removed by eviction)."""
         return dict(zip(self.STATS, ops.tfps_table_stats(self.resource_handle).numpy().tolist()))
+
+    def evict(self):
+        """Sweeps the whole table now, removing the rows the eviction policy says go (TTL,
+        DecayedFrequency); returns how many went (int64 scalar)."""
+        return ops.tfps_table_evict(self.resource_handle)
 
     def set_clock(self, clock):
         return ops.tfps_table_set_clock(self.resource_handle, tf.cast(clock, tf.int64))

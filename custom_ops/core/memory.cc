@@ -15,20 +15,26 @@ namespace {
 
 constexpr size_t kMmapThreshold = size_t{64} << 10;
 
-}  // namespace
-
-void* AllocateZeroed(size_t bytes) {
+// Small blocks from the heap, large ones straight from the OS (zero-filled, given back
+// whole when freed).
+void* AllocateBlock(size_t bytes, bool zeroed) {
   if (bytes == 0) bytes = 64;
   if (bytes < kMmapThreshold) {
     void* p = std::aligned_alloc(64, (bytes + 63) & ~size_t{63});
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
+    if (p == nullptr) throw AllocationFailure(static_cast<int64_t>(bytes));
+    if (zeroed) std::memset(p, 0, bytes);
     return p;
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  return p;  // anonymous mappings are zero-filled
+  if (p == MAP_FAILED) throw AllocationFailure(static_cast<int64_t>(bytes));
+  return p;
 }
+
+}  // namespace
+
+void* AllocateZeroed(size_t bytes) { return AllocateBlock(bytes, true); }
+
+void* AllocateUninitialized(size_t bytes) { return AllocateBlock(bytes, false); }
 
 void Deallocate(void* block, size_t bytes) {
   if (block == nullptr) return;
@@ -84,7 +90,7 @@ void* RegionAllocator::Allocate(size_t bytes) {
     const size_t size =
         std::max(kRegionBytes, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
     char* base = static_cast<char*>(MapHugePageAligned(size, huge_pages_));
-    if (base == nullptr) throw std::bad_alloc();
+    if (base == nullptr) throw AllocationFailure(static_cast<int64_t>(size));
     regions_.push_back(Region{base, size});
     used_ = 0;
   }

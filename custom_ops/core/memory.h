@@ -5,13 +5,29 @@
 #define TFPS_CORE_MEMORY_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
+#include <new>
 #include <vector>
 
 namespace tfps {
 
-// Zero-filled block of `bytes` bytes, 64-byte aligned. Aborts on exhaustion, like new.
+// Thrown when table memory cannot be had: a std::bad_alloc that says how much was asked
+// for. Table calls throw it before changing anything.
+class AllocationFailure : public std::bad_alloc {
+ public:
+  explicit AllocationFailure(int64_t bytes) : bytes_(bytes) {}
+  const char* what() const noexcept override { return "tfps table: out of memory"; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  int64_t bytes_;
+};
+
+// Block of `bytes` bytes, 64-byte aligned, zero-filled or not; AllocationFailure on
+// exhaustion. Freed with Deallocate(block, bytes).
 void* AllocateZeroed(size_t bytes);
+void* AllocateUninitialized(size_t bytes);
 void Deallocate(void* block, size_t bytes);
 
 constexpr size_t kCacheLineBytes = 64;
@@ -50,7 +66,7 @@ class RegionAllocator {
 
   // A 64-byte aligned block: zeroed when it comes from a fresh region, holding old
   // contents when from a recycled one (callers write every byte they later read).
-  // Thread-safe.
+  // Thread-safe. Throws AllocationFailure when no region can be mapped.
   void* Allocate(size_t bytes);
   // Unmaps every region. The caller guarantees no block is in use.
   void ReleaseAll();

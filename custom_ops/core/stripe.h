@@ -1,5 +1,9 @@
 // One stripe of a Table: a SwissTable-style open-addressing index (control bytes holding
-// 7 hash bits, probed 16 at a time) over a row arena whose rows never move. Not
+// 7 hash bits, probed 16 at a time) over a row arena whose rows never move, the counts of
+// its keys waiting for admission, and where its eviction sweep stands. A removed row's
+// number is reused from the live bitmap (a free count and a scan cursor), so removing
+// never allocates. Calls that may insert first reserve room (PrepareInserts), which is
+// where all of an insert's allocation happens: the writes that follow cannot fail. Not
 // thread-safe by itself: callers hold `mu`.
 #ifndef TFPS_CORE_STRIPE_H_
 #define TFPS_CORE_STRIPE_H_
@@ -8,11 +12,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <shared_mutex>
 #include <vector>
 
 #include "custom_ops/core/hashing.h"
 #include "custom_ops/core/memory.h"
+#include "custom_ops/core/pending.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -89,7 +95,9 @@ struct Stripe {
   // with phases spread evenly (in log scale) over [1, 2) across the stripes: while the
   // table doubles, every call rebuilds about the same share of it.
   Stripe(RegionAllocator* row_memory, int stripe_index, int num_stripes)
-      : row_memory(row_memory), growth_phase(std::exp2(static_cast<double>(stripe_index) / num_stripes)) {}
+      : row_memory(row_memory),
+        growth_phase(std::exp2(static_cast<double>(stripe_index) / num_stripes)),
+        sample_state(Mix64(static_cast<uint64_t>(stripe_index) + 1)) {}
 
   mutable std::shared_mutex mu;
   RegionAllocator* row_memory;  // the table's; chunks are released with it
@@ -97,6 +105,11 @@ struct Stripe {
   uint8_t* ctrl = nullptr;
   uint32_t* slot_rows = nullptr;
   size_t capacity = 0;
+  // Index arrays not in use, for a PrepareInserts whose batch could outgrow the index:
+  // growing into them in the middle of the batch needs no memory (uninitialized).
+  uint8_t* spare_ctrl = nullptr;
+  uint32_t* spare_slot_rows = nullptr;
+  size_t spare_capacity = 0;
   size_t size = 0;
   size_t tombstones = 0;
   uint64_t rehashes = 0;  // index rebuilds so far (growth or tombstone cleanup)
@@ -105,8 +118,15 @@ struct Stripe {
   std::vector<char*> chunks;
   uint64_t rows_used = 0;
   uint64_t rows_backed = 0;  // rows below this number have their pages populated
-  std::vector<uint32_t> free_rows;
+  uint64_t free_rows = 0;    // rows below rows_used that are not live
+  uint64_t free_cursor = 0;  // where the search for a free row resumes
   std::vector<uint64_t> live;  // bit per row number
+  // Keys that calls between their PrepareInserts and their writes may still add.
+  size_t reserved = 0;
+  size_t max_rows = 0;  // rows this stripe may hold (0: no cap)
+  PendingCounts pending;
+  uint64_t sweep_cursor = 0;  // the next row the eviction sweep looks at
+  uint64_t sample_state;      // xorshift state for sampling eviction candidates
   // Changes since the last save (incremental checkpoints): a bit per row inserted or
   // changed, and the keys removed.
   std::vector<uint64_t> touched;
@@ -143,26 +163,60 @@ struct Stripe {
   bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
   void Touch(uint64_t r) { touched[r >> 6] |= uint64_t{1} << (r & 63); }
 
+  static void FreeIndexArrays(uint8_t* c, uint32_t* rows, size_t slots) {
+    Deallocate(c, slots);
+    Deallocate(rows, slots * sizeof(uint32_t));
+  }
+
+  // Makes `new_capacity` slots the index, emptied: the spare's arrays when it has that
+  // many, else fresh ones allocated before the old are freed, so a failed allocation
+  // (AllocationFailure) leaves the stripe as it was.
   void ResetIndex(size_t new_capacity) {
-    ctrl = static_cast<uint8_t*>(AllocateZeroed(new_capacity));
-    std::memset(ctrl, kEmpty, new_capacity);
-    slot_rows = static_cast<uint32_t*>(AllocateZeroed(new_capacity * sizeof(uint32_t)));
+    uint8_t* new_ctrl;
+    uint32_t* new_slot_rows;
+    if (spare_capacity == new_capacity) {
+      new_ctrl = spare_ctrl;
+      new_slot_rows = spare_slot_rows;
+      spare_ctrl = nullptr;
+      spare_slot_rows = nullptr;
+      spare_capacity = 0;
+    } else {
+      new_ctrl = static_cast<uint8_t*>(AllocateUninitialized(new_capacity));
+      try {
+        new_slot_rows = static_cast<uint32_t*>(AllocateUninitialized(new_capacity * sizeof(uint32_t)));
+      } catch (...) {
+        Deallocate(new_ctrl, new_capacity);
+        throw;
+      }
+    }
+    FreeIndexArrays(ctrl, slot_rows, capacity);
+    std::memset(new_ctrl, kEmpty, new_capacity);
+    ctrl = new_ctrl;
+    slot_rows = new_slot_rows;
     capacity = new_capacity;
     tombstones = 0;
   }
 
+  void DropSpare() {
+    FreeIndexArrays(spare_ctrl, spare_slot_rows, spare_capacity);
+    spare_ctrl = nullptr;
+    spare_slot_rows = nullptr;
+    spare_capacity = 0;
+  }
+
   // Frees the index; row chunks go back with the table's RegionAllocator.
   void FreeAll() {
-    Deallocate(ctrl, capacity);
-    Deallocate(slot_rows, capacity * sizeof(uint32_t));
+    FreeIndexArrays(ctrl, slot_rows, capacity);
+    DropSpare();
     chunks.clear();
-    std::vector<uint32_t>().swap(free_rows);
     std::vector<uint64_t>().swap(live);
     std::vector<uint64_t>().swap(touched);
     std::vector<uint64_t>().swap(removed_keys);
     ctrl = nullptr;
     slot_rows = nullptr;
-    capacity = size = tombstones = rows_used = rows_backed = 0;
+    capacity = size = tombstones = rows_used = rows_backed = free_rows = free_cursor = 0;
+    sweep_cursor = 0;
+    removed_keys_overflowed = false;
   }
 
   // Slot holding `key`, or -1.
@@ -204,10 +258,8 @@ struct Stripe {
   // Rebuilds the index from the row arena, read in address order: far cheaper than
   // chasing each row from the old index, since rows are many times the index's size.
   void Rehash(size_t new_capacity, size_t row_bytes) {
-    ++rehashes;
-    Deallocate(ctrl, capacity);
-    Deallocate(slot_rows, capacity * sizeof(uint32_t));
     ResetIndex(new_capacity);
+    ++rehashes;
     for (uint64_t word = 0; word * 64 < rows_used; ++word) {
       for (uint64_t bits = live[word]; bits != 0; bits &= bits - 1) {
         const uint64_t r = word * 64 + __builtin_ctzll(bits);
@@ -239,25 +291,100 @@ struct Stripe {
     rows_backed = end;
   }
 
+  // The first free row at or after free_cursor, wrapping (free_rows > 0).
+  uint64_t FindFreeRow() const {
+    const uint64_t words = (rows_used + 63) / 64;
+    uint64_t word = free_cursor >> 6;
+    uint64_t clear = ~live[word] & (~uint64_t{0} << (free_cursor & 63));
+    for (;;) {
+      if (word + 1 == words && (rows_used & 63) != 0) clear &= (uint64_t{1} << (rows_used & 63)) - 1;
+      if (clear != 0) return word * 64 + __builtin_ctzll(clear);
+      word = word + 1 == words ? 0 : word + 1;
+      clear = ~live[word];
+    }
+  }
+
+  // A row number for a new row: a free one, or the next unused one, whose chunk and bitmap
+  // words PrepareInserts has made.
   uint64_t AllocateRow(size_t row_bytes) {
     uint64_t r;
-    if (!free_rows.empty()) {
-      r = free_rows.back();
-      free_rows.pop_back();
+    if (free_rows > 0) {
+      r = FindFreeRow();
+      --free_rows;
+      free_cursor = r + 1 < rows_used ? r + 1 : 0;
     } else {
       r = rows_used++;
-      if (r == ChunkFirstRow(chunks.size())) {
-        chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(chunks.size()) * row_bytes)));
-      }
       if (r >= rows_backed) BackRowsFrom(r, row_bytes);
-      if ((r >> 6) >= live.size()) {
-        live.resize(live.size() * 2 + 1, 0);
-        touched.resize(live.size(), 0);
-      }
     }
     live[r >> 6] |= uint64_t{1} << (r & 63);
     Touch(r);
     return r;
+  }
+
+  // The smallest index size of this stripe's sequence that holds `keys` keys.
+  size_t CapacityFor(size_t keys) const {
+    size_t fit = kMinCapacity;
+    while (OverLoaded(keys, fit)) fit = GrownCapacity(fit);
+    return fit;
+  }
+
+  // Makes room, before any write, for up to `keys` more keys and rows on top of what other
+  // calls have reserved, so the writes that follow never need memory: the index is grown
+  // now for `index_keys` of them (an estimate of the distinct ones) at its usual load,
+  // and if all `keys` could overload it, a spare index that holds them is set aside.
+  // Throws AllocationFailure (or std::bad_alloc) when memory runs out, the stripe's
+  // contents unchanged.
+  void PrepareInserts(size_t keys, size_t index_keys, size_t row_bytes, bool count_pending) {
+    const size_t live_keys = size + reserved;
+    if (OverLoaded(live_keys + tombstones + index_keys, capacity)) {
+      size_t target = std::max(capacity, CapacityFor(live_keys + index_keys));
+      // Sweeping tombstones in place only while live keys leave a quarter of the budget,
+      // so a stripe refilled after removals keeps its index; otherwise grow.
+      if (target == capacity && (live_keys + index_keys) * 32 * 4 > capacity * kMaxLoad32nds * 3) {
+        target = GrownCapacity(capacity);
+      }
+      Rehash(target, row_bytes);
+    }
+    if (OverLoaded(live_keys + tombstones + keys, capacity)) {
+      const size_t spare = std::max(GrownCapacity(capacity), CapacityFor(live_keys + keys));
+      if (spare_capacity < spare) {
+        uint8_t* c = static_cast<uint8_t*>(AllocateUninitialized(spare));
+        uint32_t* rows = nullptr;
+        try {
+          rows = static_cast<uint32_t*>(AllocateUninitialized(spare * sizeof(uint32_t)));
+        } catch (...) {
+          Deallocate(c, spare);
+          throw;
+        }
+        DropSpare();
+        spare_ctrl = c;
+        spare_slot_rows = rows;
+        spare_capacity = spare;
+      }
+    }
+    const uint64_t fresh_rows = reserved + keys > free_rows ? reserved + keys - free_rows : 0;
+    const uint64_t rows_needed = rows_used + fresh_rows;
+    while (ChunkFirstRow(chunks.size()) < rows_needed) {
+      chunks.reserve(chunks.size() + 1);
+      chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(chunks.size()) * row_bytes)));
+    }
+    const size_t words = (rows_needed + 63) / 64;
+    if (words > live.size()) {
+      // Both reserved first: a failed reservation leaves the bitmaps as they were.
+      const size_t grown = std::max(words, live.size() * 2);
+      touched.reserve(grown);
+      live.reserve(grown);
+      touched.resize(words, 0);
+      live.resize(words, 0);
+    }
+    if (count_pending) pending.Reserve(keys);
+    reserved += keys;
+  }
+
+  // Ends what PrepareInserts reserved; the spare goes once no call counts on it.
+  void FinishInserts(size_t keys) {
+    reserved -= keys;
+    if (reserved == 0) DropSpare();
   }
 
   // Row of `key`, inserting an uninitialized one if absent; *inserted says which. A new
@@ -272,10 +399,9 @@ struct Stripe {
       return Row(slot_rows[found], row_bytes);
     }
     if (OverLoaded(size + tombstones + 1, capacity)) {
-      // Only sweep tombstones while live keys leave a quarter of the load budget free, so
-      // a stripe refilled after removals keeps its index; otherwise grow.
-      const bool room_after_sweep = size * 32 * 4 <= capacity * kMaxLoad32nds * 3;
-      Rehash(room_after_sweep ? capacity : GrownCapacity(capacity), row_bytes);
+      // More of the batch's keys were new than PrepareInserts estimated: it set a spare
+      // aside that holds them all.
+      Rehash(spare_capacity > capacity ? spare_capacity : GrownCapacity(capacity), row_bytes);
     }
     const size_t slot = FreeSlot(hash);
     if (ctrl[slot] == kDeleted) --tombstones;
@@ -287,6 +413,21 @@ struct Stripe {
     char* row = Row(r, row_bytes);
     reinterpret_cast<RowHeader*>(row)->key = key;
     return row;
+  }
+
+  // For the next save of changes; past kMaxRemovedKeys, or without memory for the list,
+  // that save is whole instead (removing must not fail).
+  void RememberRemoved(uint64_t key) {
+    if (removed_keys_overflowed) return;
+    if (removed_keys.size() >= kMaxRemovedKeys) {
+      removed_keys_overflowed = true;
+      return;
+    }
+    try {
+      removed_keys.push_back(key);
+    } catch (const std::bad_alloc&) {
+      removed_keys_overflowed = true;
+    }
   }
 
   bool RemoveKey(uint64_t key, uint64_t hash, size_t row_bytes) {
@@ -304,12 +445,8 @@ struct Stripe {
     }
     live[r >> 6] &= ~(uint64_t{1} << (r & 63));
     touched[r >> 6] &= ~(uint64_t{1} << (r & 63));
-    if (removed_keys.size() < kMaxRemovedKeys) {
-      removed_keys.push_back(key);
-    } else {
-      removed_keys_overflowed = true;
-    }
-    free_rows.push_back(r);
+    RememberRemoved(key);
+    ++free_rows;
     --size;
     return true;
   }

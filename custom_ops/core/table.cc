@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "custom_ops/core/memory.h"
+#include "custom_ops/core/row_layout.h"
 #include "custom_ops/core/stripe.h"
 
 namespace tfps {
@@ -103,13 +104,6 @@ void PipelinedForEach(const Stripe& s, const StripeBatch& batch, size_t row_byte
   PipelinedForEach(s, batch, row_bytes, row_prefix_bytes, body, [](int64_t) {});
 }
 
-struct RowView {
-  RowHeader* header;
-  float* value;
-  float* slots;
-  uint32_t* optimizer_step;  // null unless the optimizer keeps a per-row step (Adam)
-};
-
 // PipelinedForEach for a call that writes each key's row to an output: body(j, out) gets
 // key j's output row (values + order[j] * dim), which the writer fetches ahead, and the
 // writer's stores are fenced once the batch is done.
@@ -120,24 +114,6 @@ void PipelinedForEachOutputRow(const Stripe& s, const StripeBatch& batch, size_t
                    [&](int64_t j) { body(j, values + batch.order[j] * dim); },
                    [&](int64_t j) { Writer::Prefetch(values + batch.order[j] * dim, dim); });
   Writer::Finish();
-}
-
-struct RowLayout {
-  int dim;
-  int num_slots;
-  bool has_step;
-
-  RowView View(char* row) const {
-    float* value = reinterpret_cast<float*>(row + sizeof(RowHeader));
-    float* slots = value + dim;
-    uint32_t* step = has_step ? reinterpret_cast<uint32_t*>(slots + dim * num_slots) : nullptr;
-    return RowView{reinterpret_cast<RowHeader*>(row), value, slots, step};
-  }
-};
-
-RowLayout LayoutOf(const TableConfig& config) {
-  return RowLayout{config.dim, NumSlots(config.optimizer.kind),
-                   config.optimizer.kind == OptimizerKind::kAdam};
 }
 
 // Drawing initial values is most of an insert's arithmetic. AVX2, where the CPU has it,
@@ -198,59 +174,64 @@ void InitializeRow(const TableConfig& config, const RowView& row) {
     std::fill(row.slots + s * config.dim, row.slots + (s + 1) * config.dim, v);
   }
   if (row.optimizer_step != nullptr) *row.optimizer_step = 0;
+  if (row.score != nullptr) *row.score = 0.0f;
 }
 
-// A batch that could double the stripe (a new or young table) sizes its index at once, for
-// the keys it may add: its distinct ones, instead of doubling it step by step while they
-// arrive (each step rehashes every key so far). An estimate short of them only costs a
-// rehash as the stripe grows past it. Called under the stripe's exclusive lock.
-void ReserveForBatch(Stripe& s, const StripeBatch& batch, size_t row_bytes) {
-  if (static_cast<size_t>(batch.count) <= s.size) return;
-  const int64_t distinct = EstimateDistinct(batch.hashes, batch.count);
-  if (static_cast<size_t>(distinct) > s.size) s.Reserve(s.size + distinct, row_bytes);
+// A training lookup saw the row `seen` times at `clock`: its count and score grow, and it
+// was last seen now.
+void SeeRow(const EvictionConfig& eviction, const RowView& row, int64_t seen, int64_t clock) {
+  row.header->count = static_cast<uint32_t>(
+      std::min<int64_t>(int64_t{row.header->count} + seen, UINT32_MAX));
+  const uint32_t now = ClampToU32(clock);
+  if (row.score != nullptr) {
+    *row.score = DecayedScore(*row.score, eviction.decay, row.header->last_step, now) +
+                 static_cast<float>(seen);
+  }
+  row.header->last_step = now;
 }
 
-// The row of key j of the batch, inserted with its initial value and fresh slots if absent.
-// `touch`: the caller changes the row, so it counts as changed since the last save.
-RowView AcquireRow(const TableConfig& config, const RowLayout& layout, Stripe& s,
-                   const StripeBatch& batch, int64_t j, size_t row_bytes, bool touch) {
-  bool inserted;
-  const RowView row =
-      layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes, &inserted, touch));
-  if (inserted) InitializeRow(config, row);
-  return row;
+// The row was updated at `step`, its new last-seen step (a score decays up to it first).
+void StampRow(const EvictionConfig& eviction, const RowView& row, uint32_t step) {
+  if (row.score != nullptr) {
+    *row.score = DecayedScore(*row.score, eviction.decay, row.header->last_step, step);
+  }
+  row.header->last_step = step;
 }
 
-// Empties a chunk's rows, keeping the vectors' capacity.
-void ClearChunk(ExportChunk* chunk) {
-  chunk->keys.clear();
-  chunk->values.clear();
-  chunk->slots.clear();
-  chunk->metadata.clear();
-}
-
-void AppendRow(const RowView& row, int dim, int64_t slot_width, ExportChunk* chunk) {
-  chunk->keys.push_back(static_cast<int64_t>(row.header->key));
-  chunk->values.insert(chunk->values.end(), row.value, row.value + dim);
-  chunk->slots.insert(chunk->slots.end(), row.slots, row.slots + slot_width);
-  chunk->metadata.push_back(row.header->count);
-  chunk->metadata.push_back(row.header->last_step);
-  chunk->metadata.push_back(row.optimizer_step != nullptr ? *row.optimizer_step : 0);
+// Keys of a batch that may be inserted, for Stripe::PrepareInserts: the estimate of its
+// distinct keys sizes the index when they are many for the stripe (a new or young table),
+// where a batch that repeats its hot keys many times over (a third of a 1M-key power-law
+// batch is distinct) would otherwise size it up to ten times too large.
+size_t DistinctKeysToIndex(const Stripe& s, const StripeBatch& batch) {
+  if (static_cast<size_t>(batch.count) <= s.size) return static_cast<size_t>(batch.count);
+  return static_cast<size_t>(EstimateDistinct(batch.hashes, batch.count));
 }
 
 }  // namespace
 
-Table::Table(const TableConfig& config) : config_(config), row_memory_(config.huge_pages) {
-  const RowLayout layout = LayoutOf(config);
-  const size_t floats =
-      static_cast<size_t>(config.dim) * (1 + layout.num_slots) + (layout.has_step ? 1 : 0);
-  row_bytes_ = (sizeof(RowHeader) + floats * sizeof(float) + 7) & ~size_t{7};
+Table::Table(const TableConfig& config)
+    : config_(config), row_bytes_(LayoutOf(config).RowBytes()), row_memory_(config.huge_pages) {
   const int stripes = 1 << config.log2_stripes;
+  const AdmissionConfig& admission = config.admission;
+  // The sketch's bytes go to the stripes in power-of-two widths of 16-bit counters.
+  size_t width = 0;
+  if (admission.kind != AdmissionKind::kNone && admission.sketch_bytes > 0) {
+    const size_t per_stripe = static_cast<size_t>(admission.sketch_bytes) / stripes /
+                              (PendingCounts::kDepth * sizeof(uint16_t));
+    width = 64;
+    while (width * 2 <= per_stripe) width *= 2;
+  }
+  const uint64_t max_rows = static_cast<uint64_t>(std::max<int64_t>(0, config.eviction.max_rows));
   stripes_.reserve(stripes);
   for (int i = 0; i < stripes; ++i) {
     stripes_.push_back(std::make_unique<Stripe>(&row_memory_, i, stripes));
-    stripes_.back()->ResetIndex(kMinCapacity);
+    Stripe& s = *stripes_.back();
+    s.ResetIndex(kMinCapacity);
+    if (admission.kind != AdmissionKind::kNone) s.pending.Configure(width);
+    // The cap, split as evenly as whole rows go.
+    s.max_rows = max_rows / stripes + (static_cast<uint64_t>(i) < max_rows % stripes ? 1 : 0);
   }
+  if (config.eviction.ttl_seconds > 0) RecordClockTime(0);
 }
 
 Table::~Table() {
@@ -261,10 +242,10 @@ Table::~Table() {
 
 template <typename Fn>
 void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per_key,
-                               bool shared_lock, const ParallelFor& parallel_for, Fn&& fn) const {
+                               bool shared_lock, const ParallelFor& parallel_for, Fn&& fn,
+                               bool inserts) const {
   if (n <= 0) return;
   const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
-  const int shift = 64 - config_.log2_stripes;
   std::unique_ptr<GroupedKeys> grouped = SharedScratch().Acquire(n);
   int64_t* order = grouped->order.get();
   uint64_t* grouped_keys = grouped->keys.get();
@@ -277,7 +258,7 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
     for (int64_t b = b0; b < b1; ++b) {
       int64_t* count = offsets.data() + b * num_stripes;
       for (int64_t i = b * block_size, end = std::min(n, i + block_size); i < end; ++i) {
-        ++count[TableHash(keys[i]) >> shift];
+        ++count[StripeOf(TableHash(keys[i]))];
       }
     }
   });
@@ -297,7 +278,7 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
       int64_t* next = offsets.data() + b * num_stripes;
       for (int64_t i = b * block_size, end = std::min(n, i + block_size); i < end; ++i) {
         const uint64_t hash = TableHash(keys[i]);  // recomputing beats storing and reloading
-        const int64_t pos = next[hash >> shift]++;
+        const int64_t pos = next[StripeOf(hash)]++;
         order[pos] = i;
         grouped_keys[pos] = keys[i];
         grouped_hashes[pos] = hash;
@@ -326,14 +307,66 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
   // its shards are an eighth of the work on two threads, and a thread left with the last
   // shard ran alone for about a tenth of a 1M-key find_or_insert.
   const int64_t num_items = static_cast<int64_t>(items.size());
-  std::atomic<int64_t> next_item{0};
-  parallel_for(num_items, std::max<int64_t>(1, cost_per_key * n / std::max<int64_t>(1, num_items)),
-               [&](int64_t, int64_t) {
-                 for (int64_t i; (i = next_item.fetch_add(1)) < num_items;) {
-                   fn(*item_stripes[i], items[i]);
-                 }
-               });
+  auto for_each_item = [&](int64_t cost, auto&& item_fn) {
+    std::atomic<int64_t> next_item{0};
+    parallel_for(num_items, std::max<int64_t>(1, cost), [&](int64_t, int64_t) {
+      for (int64_t i; (i = next_item.fetch_add(1)) < num_items;) item_fn(i);
+    });
+  };
+  if (inserts) {
+    // Every stripe makes room first; one that cannot (the pool's threads must not throw)
+    // is recorded, and every reservation made is handed back before anything is written.
+    std::vector<uint8_t> prepared(num_items, 0);
+    std::atomic<int64_t> failed_bytes{0};
+    std::atomic<bool> failed{false};
+    const bool count_pending = config_.admission.kind != AdmissionKind::kNone;
+    for_each_item(200, [&](int64_t i) {
+      Stripe& s = *item_stripes[i];
+      std::unique_lock<std::shared_mutex> lock(s.mu);
+      try {
+        s.PrepareInserts(items[i].count, DistinctKeysToIndex(s, items[i]), row_bytes_, count_pending);
+        prepared[i] = 1;
+      } catch (const AllocationFailure& e) {
+        failed_bytes.store(e.bytes());
+        failed.store(true);
+      } catch (const std::bad_alloc&) {
+        failed.store(true);
+      }
+    });
+    auto finish = [&](int64_t i) {
+      if (!prepared[i]) return;
+      std::unique_lock<std::shared_mutex> lock(item_stripes[i]->mu);
+      item_stripes[i]->FinishInserts(items[i].count);
+    };
+    if (failed.load()) {
+      for (int64_t i = 0; i < num_items; ++i) finish(i);
+      SharedScratch().Release(std::move(grouped));
+      throw AllocationFailure(failed_bytes.load() > 0 ? failed_bytes.load() : -1);
+    }
+    for_each_item(cost_per_key * n / std::max<int64_t>(1, num_items),
+                  [&](int64_t i) { fn(*item_stripes[i], items[i]); });
+    for_each_item(20, finish);
+  } else {
+    for_each_item(cost_per_key * n / std::max<int64_t>(1, num_items),
+                  [&](int64_t i) { fn(*item_stripes[i], items[i]); });
+  }
   SharedScratch().Release(std::move(grouped));
+}
+
+RowView Table::AcquireRow(Stripe& s, const StripeBatch& batch, int64_t j, bool touch,
+                          int64_t clock, bool* inserted, int64_t slot) {
+  const RowLayout layout = LayoutOf(config_);
+  if (slot == kSlotUnknown && s.max_rows > 0) slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
+  if (slot >= 0) {
+    *inserted = false;
+    if (touch) s.Touch(s.slot_rows[slot]);
+    return layout.View(s.Row(s.slot_rows[slot], row_bytes_));
+  }
+  if (slot == kSlotAbsent && s.max_rows > 0 && s.size >= s.max_rows) MakeRoomUnderCap(s, clock);
+  const RowView row =
+      layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, inserted, touch));
+  if (*inserted) InitializeRow(config_, row);
+  return row;
 }
 
 void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists,
@@ -360,27 +393,68 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
   });
 }
 
+bool Table::Admits(Stripe& s, uint64_t key, int64_t seen, uint32_t* count) const {
+  const AdmissionConfig& admission = config_.admission;
+  const uint32_t occurrences = static_cast<uint32_t>(std::min<int64_t>(seen, UINT32_MAX));
+  const uint32_t before = s.pending.Add(key, occurrences);
+  const uint64_t after = std::min<uint64_t>(uint64_t{before} + occurrences, s.pending.MaxCount());
+  bool admit = after >= s.pending.MaxCount();  // a saturated count is frequent enough
+  if (admission.kind == AdmissionKind::kMinCount) {
+    admit |= after >= static_cast<uint64_t>(admission.min_count);
+  } else {
+    for (uint64_t i = before; i < uint64_t{before} + occurrences && !admit; ++i) {
+      admit = DrawsAdmission(config_.seed, key, i, admission.probability);
+    }
+  }
+  if (admit) {
+    s.pending.Forget(key);
+    *count = before;
+  }
+  return admit;
+}
+
 void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
-                         const ParallelFor& parallel_for, const int64_t* occurrences) {
-  const RowLayout layout = LayoutOf(config_);
+                         const ParallelFor& parallel_for, const int64_t* occurrences,
+                         uint8_t* admitted) {
   const int dim = config_.dim;
   const size_t value_bytes = sizeof(RowHeader) + dim * sizeof(float);
+  const int64_t clock = apply_calls_.load();
+  const bool admits = config_.admission.kind != AdmissionKind::kNone;
+  const bool sweeps = Sweeps(config_.eviction);
+  const int64_t ttl_cutoff = sweeps ? TtlCutoff() : -1;
   WithRowWriter(values, dim, [&](auto writer) {
     using Writer = decltype(writer);
     ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
       std::unique_lock<std::shared_mutex> lock(s.mu);
-      ReserveForBatch(s, batch, row_bytes_);
+      int64_t created = 0, rejected = 0;
       PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
                                         [&](int64_t j, float* out) {
-        const int64_t seen = occurrences == nullptr ? 1 : std::max<int64_t>(occurrences[batch.order[j]], 0);
+        const int64_t i = batch.order[j];
+        const int64_t seen = occurrences == nullptr ? 1 : std::max<int64_t>(occurrences[i], 0);
+        uint32_t pending_count = 0;
+        const int64_t slot = admits ? s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_) : kSlotUnknown;
+        if (slot == kSlotAbsent && !Admits(s, batch.keys[j], seen, &pending_count)) {
+          InitializeValue(config_, batch.keys[j], out);
+          if (admitted != nullptr) admitted[i] = 0;
+          rejected += seen;
+          return;
+        }
+        bool inserted;
         // A count that grows is a change the next save of changes must carry.
-        const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_, seen > 0);
-        row.header->count = static_cast<uint32_t>(
-            std::min<int64_t>(int64_t{row.header->count} + seen, UINT32_MAX));
+        const RowView row = AcquireRow(s, batch, j, seen > 0, clock, &inserted, slot);
+        if (inserted) {
+          row.header->count = pending_count;
+          ++created;
+        }
+        if (seen > 0) SeeRow(config_.eviction, row, seen, clock);
         Writer::Copy(row.value, dim, out);
+        if (admitted != nullptr) admitted[i] = 1;
       });
-    });
+      if (sweeps) evicted_ += SweepStripe(s, static_cast<uint64_t>(batch.count), clock, ttl_cutoff);
+      admitted_ += created;
+      rejected_ += rejected;
+    }, /*inserts=*/true);
   });
 }
 
@@ -400,64 +474,85 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
   if (!finite.load()) return false;
   OptimizerConfig optimizer = config_.optimizer;
   if (learning_rate >= 0.0f) optimizer.learning_rate = learning_rate;
+  // Under admission, a key without a row was not admitted: its gradient is dropped.
+  const bool inserts = config_.admission.kind == AdmissionKind::kNone;
   const int64_t call = apply_calls_.fetch_add(1) + 1;
   const uint32_t last_step = ClampToU32(step < 0 ? call : step);
-  ForEachStripeGroup(keys, n, 60 + 6 * dim, /*shared_lock=*/false, parallel_for,
-                     [&](Stripe& s, const StripeBatch& batch) {
+  const int64_t clock = call - 1;
+  auto apply = [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
+    int64_t created = 0;
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
-      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_, true);
+      RowView row;
+      if (inserts) {
+        bool inserted;
+        row = AcquireRow(s, batch, j, true, clock, &inserted);
+        created += inserted;
+      } else {
+        const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
+        if (slot < 0) return;
+        s.Touch(s.slot_rows[slot]);
+        row = layout.View(s.Row(s.slot_rows[slot], row_bytes_));
+      }
       uint32_t opt_step = 1;
       if (row.optimizer_step != nullptr) {
         if (*row.optimizer_step != UINT32_MAX) ++*row.optimizer_step;
         opt_step = *row.optimizer_step;
       }
       ApplyRow(optimizer, dim, grads + i * dim, row.value, row.slots, opt_step);
-      row.header->last_step = last_step;
+      StampRow(config_.eviction, row, last_step);
     }, [&](int64_t j) { PrefetchLines(grads + batch.order[j] * dim, dim * sizeof(float)); });
-  });
+    admitted_ += created;
+  };
+  try {
+    ForEachStripeGroup(keys, n, 60 + 6 * dim, /*shared_lock=*/false, parallel_for, apply, inserts);
+  } catch (const std::bad_alloc&) {
+    apply_calls_.fetch_sub(1);  // no row changed: neither does the clock
+    throw;
+  }
+  if (config_.eviction.ttl_seconds > 0) RecordClockTime(call);
   return true;
 }
 
 void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
                    const ParallelFor& parallel_for) {
-  const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
+  const int64_t clock = apply_calls_.load();
   ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
-    ReserveForBatch(s, batch, row_bytes_);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
-      const RowView row = AcquireRow(config_, layout, s, batch, j, row_bytes_, true);
+      bool inserted;
+      const RowView row = AcquireRow(s, batch, j, true, clock, &inserted);
       std::memcpy(row.value, values + i * dim, dim * sizeof(float));
     });
-  });
+  }, /*inserts=*/true);
 }
 
 void Table::Import(const uint64_t* keys, int64_t n, const float* values, const float* slots,
                    const int64_t* metadata, const ParallelFor& parallel_for) {
-  const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
+  const RowLayout layout = LayoutOf(config_);
   const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
+  const int64_t clock = apply_calls_.load();
   ForEachStripeGroup(keys, n, 60 + 3 * dim, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
-    ReserveForBatch(s, batch, row_bytes_);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
       bool inserted;
-      const RowView row =
-          layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, &inserted, true));
+      const RowView row = AcquireRow(s, batch, j, true, clock, &inserted);
       std::memcpy(row.value, values + i * dim, dim * sizeof(float));
       std::memcpy(row.slots, slots + i * slot_width, slot_width * sizeof(float));
       const int64_t* meta = metadata + i * kNumMetadata;
       row.header->count = ClampToU32(meta[kCount]);
       row.header->last_step = ClampToU32(meta[kLastStep]);
       if (row.optimizer_step != nullptr) *row.optimizer_step = ClampToU32(meta[kOptimizerStep]);
+      if (row.score != nullptr) *row.score = ScoreFromMetadata(meta[kScore]);
     });
-  });
+  }, /*inserts=*/true);
 }
 
 int64_t Table::Remove(const uint64_t* keys, int64_t n, const ParallelFor& parallel_for) {
@@ -487,12 +582,35 @@ void Table::Reserve(int64_t expected_keys) {
 void Table::Clear(bool keep_memory) {
   // Row memory is shared by all stripes, so all of them are held while it is released.
   // Other calls take one stripe lock at a time, so taking them all in order cannot deadlock.
+  // A call between making room (PrepareInserts) and writing counts on that room, so the
+  // clear waits until no stripe has any reserved.
   std::vector<std::unique_lock<std::shared_mutex>> locks;
   locks.reserve(stripes_.size());
-  for (auto& s : stripes_) locks.emplace_back(s->mu);
-  for (auto& s : stripes_) {
-    s->FreeAll();
-    s->ResetIndex(kMinCapacity);
+  for (;;) {
+    for (auto& s : stripes_) locks.emplace_back(s->mu);
+    if (std::none_of(stripes_.begin(), stripes_.end(), [](const auto& s) { return s->reserved > 0; })) break;
+    locks.clear();
+    std::this_thread::yield();
+  }
+  // Every stripe's new empty index first, so running out of memory changes nothing.
+  std::vector<uint8_t*> ctrls(stripes_.size(), nullptr);
+  std::vector<uint32_t*> rows(stripes_.size(), nullptr);
+  try {
+    for (size_t i = 0; i < stripes_.size(); ++i) {
+      ctrls[i] = static_cast<uint8_t*>(AllocateUninitialized(kMinCapacity));
+      rows[i] = static_cast<uint32_t*>(AllocateUninitialized(kMinCapacity * sizeof(uint32_t)));
+    }
+  } catch (...) {
+    for (size_t i = 0; i < stripes_.size(); ++i) Stripe::FreeIndexArrays(ctrls[i], rows[i], kMinCapacity);
+    throw;
+  }
+  for (size_t i = 0; i < stripes_.size(); ++i) {
+    Stripe& s = *stripes_[i];
+    s.FreeAll();
+    s.spare_ctrl = ctrls[i];
+    s.spare_slot_rows = rows[i];
+    s.spare_capacity = kMinCapacity;
+    s.ResetIndex(kMinCapacity);
   }
   if (keep_memory) {
     row_memory_.RecycleAll();
@@ -519,117 +637,29 @@ int64_t Table::Size() const {
 int64_t Table::MemoryBytes() const {
   return RowMemoryBytes() + SumOverStripes([](const Stripe& s) {
     return static_cast<int64_t>(s.capacity * (1 + sizeof(uint32_t)) +
-                                s.free_rows.capacity() * sizeof(uint32_t) +
-                                s.live.capacity() * sizeof(uint64_t));
+                                s.live.capacity() * sizeof(uint64_t) * 2 +
+                                s.removed_keys.capacity() * sizeof(uint64_t) +
+                                s.pending.MemoryBytes());
   });
+}
+
+TableStats Table::Stats() const {
+  TableStats stats;
+  stats.rows = Size();
+  stats.memory_bytes = MemoryBytes();
+  stats.row_memory_bytes = RowMemoryBytes();
+  stats.clock = ApplyCalls();
+  stats.admitted = admitted_.load();
+  stats.rejected = rejected_.load();
+  stats.evicted = evicted_.load();
+  if (config_.admission.kind != AdmissionKind::kNone) {
+    stats.pending = SumOverStripes([](const Stripe& s) { return s.pending.EstimateKeys(); });
+  }
+  return stats;
 }
 
 int64_t Table::IndexRehashes() const {
   return SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.rehashes); });
-}
-
-ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {
-  ExportChunk chunk;
-  ExportInto(cursor, max_rows, &chunk);
-  return chunk;
-}
-
-void Table::ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const {
-  const RowLayout layout = LayoutOf(config_);
-  const int dim = config_.dim;
-  const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
-  ExportChunk& chunk = *out;
-  ClearChunk(&chunk);
-  int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
-  uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
-  const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
-  for (; s < num_stripes; ++s, r = 0) {
-    const Stripe& stripe = *stripes_[s];
-    std::shared_lock<std::shared_mutex> lock(stripe.mu);
-    for (; r < stripe.rows_used; ++r) {
-      if (!stripe.IsLive(r)) continue;
-      if (static_cast<int64_t>(chunk.keys.size()) == max_rows) {
-        chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(r);
-        return;
-      }
-      AppendRow(layout.View(stripe.Row(r, row_bytes_)), dim, slot_width, &chunk);
-    }
-  }
-  chunk.next_cursor = -1;
-}
-
-bool Table::NeedsFullSave() const {
-  if (needs_full_save_.load()) return true;
-  return SumOverStripes([](const Stripe& s) { return s.removed_keys_overflowed ? 1 : 0; }) > 0;
-}
-
-void Table::BeginFullSave() {
-  needs_full_save_.store(false);
-  for (auto& s : stripes_) {
-    std::unique_lock<std::shared_mutex> lock(s->mu);
-    s->removed_keys_overflowed = false;
-  }
-}
-
-void Table::MarkSaved() {
-  BeginFullSave();
-  for (auto& s : stripes_) {
-    std::unique_lock<std::shared_mutex> lock(s->mu);
-    std::fill(s->touched.begin(), s->touched.end(), 0);
-    s->removed_keys.clear();
-  }
-}
-
-void Table::SaveChunk(int64_t cursor, int64_t max_rows, bool changed_only, ExportChunk* out) {
-  const RowLayout layout = LayoutOf(config_);
-  const int dim = config_.dim;
-  const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
-  ExportChunk& chunk = *out;
-  ClearChunk(&chunk);
-  chunk.removed.clear();
-  int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
-  uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
-  const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
-  for (; s < num_stripes; ++s, r = 0) {
-    Stripe& stripe = *stripes_[s];
-    std::unique_lock<std::shared_mutex> lock(stripe.mu);
-    if (r == 0) {
-      chunk.removed.insert(chunk.removed.end(), stripe.removed_keys.begin(), stripe.removed_keys.end());
-      stripe.removed_keys.clear();
-    }
-    // Whole words of the live (and changed) bitmaps, so a save of few changes skips the rest.
-    for (uint64_t word = r >> 6; word < stripe.live.size(); ++word) {
-      uint64_t bits = stripe.live[word] & (changed_only ? stripe.touched[word] : ~uint64_t{0});
-      if (word == (r >> 6)) bits &= ~uint64_t{0} << (r & 63);
-      for (; bits != 0; bits &= bits - 1) {
-        const uint64_t row_number = word * 64 + __builtin_ctzll(bits);
-        if (static_cast<int64_t>(chunk.keys.size()) == max_rows) {
-          chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(row_number);
-          return;
-        }
-        AppendRow(layout.View(stripe.Row(row_number, row_bytes_)), dim, slot_width, &chunk);
-        stripe.touched[word] &= ~(uint64_t{1} << (row_number & 63));
-      }
-    }
-  }
-  chunk.next_cursor = -1;
-}
-
-bool Table::DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,
-                     int64_t metadata[kNumMetadata]) const {
-  const RowLayout layout = LayoutOf(config_);
-  const uint64_t hash = TableHash(key);
-  const Stripe& s = *stripes_[hash >> (64 - config_.log2_stripes)];
-  std::shared_lock<std::shared_mutex> lock(s.mu);
-  const int64_t slot = s.FindSlot(key, hash, row_bytes_);
-  if (slot < 0) return false;
-  const RowView row = layout.View(s.Row(s.slot_rows[slot], row_bytes_));
-  value->assign(row.value, row.value + config_.dim);
-  slots->assign(row.slots, row.slots + layout.num_slots * config_.dim);
-  metadata[kCount] = row.header->count;
-  metadata[kLastStep] = row.header->last_step;
-  metadata[kOptimizerStep] = row.optimizer_step != nullptr ? *row.optimizer_step : 0;
-  return true;
 }
 
 void PopulateInParallel(void* begin, int64_t bytes, const ParallelFor& parallel_for) {

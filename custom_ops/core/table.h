@@ -13,7 +13,12 @@
 // over the calls instead of landing together.
 //
 // Batch calls group keys by stripe (a stable counting sort), then hand whole stripes to a
-// parallel-for, taking each stripe's lock once per call.
+// parallel-for, taking each stripe's lock once per call. Calls that may insert first
+// reserve room in every stripe they touch (all of their allocation happens there), so a
+// call that runs out of memory throws AllocationFailure with the table unchanged.
+//
+// Admission and eviction (policies.h) live in the stripes too: the counts of keys not yet
+// admitted, and a sweep cursor that every training lookup advances a few rows per key.
 #ifndef TFPS_CORE_TABLE_H_
 #define TFPS_CORE_TABLE_H_
 
@@ -21,17 +26,23 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "custom_ops/core/hashing.h"
 #include "custom_ops/core/memory.h"
 #include "custom_ops/core/optimizer.h"
+#include "custom_ops/core/pending.h"
+#include "custom_ops/core/policies.h"
 #include "custom_ops/core/scratch.h"
 
 namespace tfps {
 
 struct Stripe;
+struct RowView;
 
 // Runs fn(begin, end) over disjoint ranges covering [0, total), possibly in parallel;
 // cost_per_unit is a rough cost of one unit in nanoseconds so a runner can decide how
@@ -57,10 +68,27 @@ struct TableConfig {
   uint64_t seed = 0;
   int log2_stripes = 8;
   bool huge_pages = false;  // rows on transparent huge pages (see RegionAllocator)
+  AdmissionConfig admission;
+  EvictionConfig eviction;
 };
 
-// Metadata columns of Export/Import.
-enum MetadataColumn { kCount = 0, kLastStep = 1, kOptimizerStep = 2, kNumMetadata = 3 };
+// Metadata columns of Export/Import. kScore holds the bits of the float decayed-frequency
+// score (0 where the table keeps none).
+enum MetadataColumn {
+  kCount = 0, kLastStep = 1, kOptimizerStep = 2, kScore = 3, kNumMetadata = 4
+};
+
+// What a table holds and has done, for statistics.
+struct TableStats {
+  int64_t rows = 0;
+  int64_t memory_bytes = 0;      // index, mapped rows, and admission counts
+  int64_t row_memory_bytes = 0;  // of those, the rows mapped
+  int64_t clock = 0;
+  int64_t admitted = 0;  // rows created by training lookups and applies
+  int64_t pending = 0;   // keys counted for admission (estimated, for a sketch)
+  int64_t rejected = 0;  // occurrences of keys looked up without a row (their gradients dropped)
+  int64_t evicted = 0;   // rows removed by eviction
+};
 
 struct ExportChunk {
   std::vector<int64_t> keys;
@@ -98,12 +126,17 @@ class Table {
 
   // Like Find, but absent keys are inserted with their initial value and fresh slots. Each
   // key's occurrence count grows by occurrences[i] (1 when occurrences is null): a training
-  // lookup counts every time its key occurs in the data, however the batch repeats it.
+  // lookup counts every time its key occurs in the data, however the batch repeats it, and
+  // records the clock as the key's last-seen step. Under an admission policy an absent key
+  // is only counted until admitted: it reads its initial value and admitted[i] = 0
+  // (admitted may be null). Then runs a little of the eviction sweep.
   void FindOrInsert(const uint64_t* keys, int64_t n, float* values,
-                    const ParallelFor& parallel_for, const int64_t* occurrences = nullptr);
+                    const ParallelFor& parallel_for, const int64_t* occurrences = nullptr,
+                    uint8_t* admitted = nullptr);
 
   // Applies the optimizer to each key's row with its gradient row (n x dim), inserting
-  // absent keys first, and records `step` as last seen
+  // absent keys first (under an admission policy, absent keys are skipped: their
+  // gradients dropped), and records `step` as last seen
   // (a negative step stands for this table's own count of ApplyGradients calls).
   // Returns false and changes nothing if any gradient is NaN or infinite. A key repeated
   // in one call is updated once per occurrence, in input order. A learning_rate >= 0
@@ -123,6 +156,10 @@ class Table {
   // Removes the keys that are present; returns how many were.
   int64_t Remove(const uint64_t* keys, int64_t n, const ParallelFor& parallel_for);
 
+  // Sweeps every row now, removing those the eviction policy says go (TTL,
+  // DecayedFrequency); returns how many went. Without such a policy, none.
+  int64_t Evict(const ParallelFor& parallel_for);
+
   // Removes every row. Their memory goes back to the OS, or with keep_memory (a restore
   // about to refill the table) stays mapped for the rows that come next.
   void Clear(bool keep_memory = false);
@@ -138,6 +175,7 @@ class Table {
   int64_t MemoryBytes() const;
   // Of those, the bytes mapped for rows.
   int64_t RowMemoryBytes() const { return static_cast<int64_t>(row_memory_.MappedBytes()); }
+  TableStats Stats() const;
   // How many times a stripe's index has been rebuilt, over all stripes: once per growth
   // step or tombstone cleanup.
   int64_t IndexRehashes() const;
@@ -166,6 +204,29 @@ class Table {
   void MarkSaved();
   void SaveFailed() { needs_full_save_.store(true); }
 
+  // Admission and eviction state beyond the rows, for checkpoints. Counters: admitted,
+  // rejected, evicted (the statistics of those names).
+  void Counters(int64_t out[3]) const;
+  void SetCounters(const int64_t counters[3]);
+  // When the clock reached each sampled value: (clock, wall-clock microseconds) pairs,
+  // oldest first, which map a TTL in seconds onto steps.
+  std::vector<std::pair<int64_t, int64_t>> ClockTimes() const;
+  void SetClockTimes(const std::vector<std::pair<int64_t, int64_t>>& times);
+  int log2_stripes() const { return config_.log2_stripes; }
+  // The stripe of a key's TableHash: its top log2_stripes bits.
+  size_t StripeOf(uint64_t hash) const {
+    return config_.log2_stripes == 0 ? 0 : static_cast<size_t>(hash >> (64 - config_.log2_stripes));
+  }
+  // A copy of stripe `stripe`'s counts of keys waiting for admission (read under its lock).
+  PendingCounts PendingOfStripe(int stripe) const;
+  void ClearPending();
+  // Merges a saved sketch of one stripe of a table with `saved_log2_stripes` stripes into
+  // the stripes that hold its keys here (each counter the largest of the ones it covers).
+  void MergePendingSketch(int saved_stripe, int saved_log2_stripes, const uint16_t* cells,
+                          size_t width);
+  // Adds saved exact counts of keys not yet admitted. May throw AllocationFailure.
+  void AddPending(const uint64_t* keys, const uint32_t* counts, int64_t n);
+
   // Returns the row of `key` (value, slots and metadata) for tests; false if absent.
   bool DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,
                 int64_t metadata[kNumMetadata]) const;
@@ -173,9 +234,31 @@ class Table {
  private:
   template <typename Fn>
   // Groups keys by stripe and calls fn(stripe, batch) for each group, in parallel. With
-  // shared_lock (fn only reads), a stripe's group may be split over several calls.
+  // shared_lock (fn only reads), a stripe's group may be split over several calls. With
+  // inserts, every stripe first reserves room for its group (Stripe::PrepareInserts),
+  // and if any cannot, AllocationFailure is thrown before fn runs anywhere.
   void ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per_key, bool shared_lock,
-                          const ParallelFor& parallel_for, Fn&& fn) const;
+                          const ParallelFor& parallel_for, Fn&& fn, bool inserts = false) const;
+  // Runs a row-removing sweep of up to `budget` rows of stripe `s` (held exclusively) from
+  // its sweep cursor; returns the rows removed.
+  int64_t SweepStripe(Stripe& s, uint64_t budget, int64_t clock, int64_t ttl_cutoff) const;
+  // The step before which a row is older than the TTL in seconds (-1: none is).
+  int64_t TtlCutoff() const;
+  // Makes room for one more row in stripe `s` (held exclusively) under the row cap,
+  // evicting the lowest-ranked of a few sampled rows.
+  void MakeRoomUnderCap(Stripe& s, int64_t clock);
+  void RecordClockTime(int64_t clock);
+  // Whether absent `key`, now seen `seen` more times, gets a row; if so *count is its
+  // occurrences before these. Counts it in stripe `s` (held exclusively).
+  bool Admits(Stripe& s, uint64_t key, int64_t seen, uint32_t* count) const;
+  // The row of key j of the batch (stripe held exclusively, room prepared), inserted with
+  // its initial value and fresh slots if absent; *inserted says which. `slot` is the
+  // key's index slot if the caller found it, kSlotAbsent if it found none, kSlotUnknown
+  // if it did not look. Under a row cap an insert into a full stripe first evicts.
+  // `touch`: the caller changes the row, so it counts as changed since the last save.
+  static constexpr int64_t kSlotAbsent = -1, kSlotUnknown = -2;
+  RowView AcquireRow(Stripe& s, const StripeBatch& batch, int64_t j, bool touch, int64_t clock,
+                     bool* inserted, int64_t slot = kSlotUnknown);
   // Sum of count(stripe) over the stripes, each read under its shared lock.
   template <typename Fn>
   int64_t SumOverStripes(Fn&& count) const;
@@ -184,6 +267,9 @@ class Table {
   size_t row_bytes_;
   RegionAllocator row_memory_;
   std::atomic<int64_t> apply_calls_{0};
+  mutable std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_{0};
+  mutable std::mutex clock_times_mu_;
+  std::vector<std::pair<int64_t, int64_t>> clock_times_;
   std::atomic<bool> needs_full_save_{false};
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };

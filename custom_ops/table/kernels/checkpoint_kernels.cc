@@ -101,8 +101,15 @@ class TableSaveOp : public OpKernel {
     header.kind = changes ? kShardChanges : kWholeShard;
     if (!changes) table.BeginFullSave();
     int64_t rows = 0;
-    const absl::Status status = Save(ctx, table, path->scalar<::tensorflow::tstring>()(), header,
-                                     chunk_rows, changes, &rows);
+    absl::Status status;
+    RunOrReportOutOfMemory(ctx, "Tfps>TableSave", resource->name(), [&] {
+      status = Save(ctx, table, path->scalar<::tensorflow::tstring>()(), header, chunk_rows,
+                    changes, &rows);
+    }, "no file was written, and the next save is whole");
+    if (!ctx->status().ok()) {
+      table.SaveFailed();
+      return;
+    }
     if (!status.ok()) table.SaveFailed();  // the changes this save took are lost with it
     OP_REQUIRES_OK(ctx, status);
     Tensor *rows_out, *kind_out;
@@ -123,8 +130,55 @@ class TableSaveOp : public OpKernel {
       table.SaveChunk(cursor, chunk_rows, changes, &chunk);
       TF_RETURN_IF_ERROR(writer->Append(chunk));
     }
+    TF_RETURN_IF_ERROR(SaveState(table, writer.get()));
     TF_RETURN_IF_ERROR(writer->Finish());
     *rows = writer->rows();
+    return absl::OkStatus();
+  }
+
+  // The admission and eviction state after the rows: counters and clock record, then each
+  // stripe's counts of keys waiting for admission, copied out of the stripe one at a time.
+  static absl::Status SaveState(const Table& table, RowFileWriter* writer) {
+    StateRecord record;
+    record.kind = StateRecord::kTable;
+    int64_t counters[3];
+    table.Counters(counters);
+    record.table.assign(counters, counters + 3);
+    for (const auto& [clock, micros] : table.ClockTimes()) {
+      record.table.push_back(clock);
+      record.table.push_back(micros);
+    }
+    TF_RETURN_IF_ERROR(writer->AppendState(record));
+    if (table.config().admission.kind == AdmissionKind::kNone) return absl::OkStatus();
+    constexpr size_t kPendingPerRecord = size_t{1} << 18;
+    for (int stripe = 0; stripe < (1 << table.log2_stripes()); ++stripe) {
+      const PendingCounts pending = table.PendingOfStripe(stripe);
+      if (!pending.exact()) {
+        record.kind = StateRecord::kSketch;
+        record.stripe = static_cast<uint32_t>(stripe);
+        record.log2_stripes = static_cast<uint32_t>(table.log2_stripes());
+        record.width = static_cast<uint32_t>(pending.width());
+        record.cells = pending.cells();
+        TF_RETURN_IF_ERROR(writer->AppendState(record));
+        continue;
+      }
+      record.kind = StateRecord::kPending;
+      record.keys.clear();
+      record.counts.clear();
+      absl::Status status;
+      auto flush = [&] {
+        if (status.ok() && !record.keys.empty()) status = writer->AppendState(record);
+        record.keys.clear();
+        record.counts.clear();
+      };
+      pending.ForEachExact([&](uint64_t key, uint32_t count) {
+        record.keys.push_back(static_cast<int64_t>(key));
+        record.counts.push_back(count);
+        if (record.keys.size() == kPendingPerRecord) flush();
+      });
+      flush();
+      TF_RETURN_IF_ERROR(status);
+    }
     return absl::OkStatus();
   }
 
@@ -206,6 +260,58 @@ void RemoveKeysOf(Table& table, uint32_t shard, uint32_t num_shards, const Paral
                parallel_for);
 }
 
+// The counters and clock record of the files a restore reads. Read alone (as many shards
+// as were saved), a file's state is the shard's; read by every new shard (the shard count
+// changed), the counters are summed and shared out, and the clock record is the newest
+// file's. Counts of keys waiting for admission go straight into the table: sketches merge
+// (each counter the largest saved one it covers), exact counts of this shard's keys add.
+struct SavedState {
+  int64_t counters[3] = {0, 0, 0};
+  int64_t newest_clock = -1;
+  std::vector<std::pair<int64_t, int64_t>> clock_times;
+  bool seen = false;
+
+  void Add(Table& table, const StateRecord& record, int64_t file_clock, uint32_t shard,
+           uint32_t num_shards) {
+    if (record.kind == StateRecord::kSketch) {
+      table.MergePendingSketch(static_cast<int>(record.stripe), static_cast<int>(record.log2_stripes),
+                               record.cells.data(), record.width);
+      return;
+    }
+    if (record.kind == StateRecord::kPending) {
+      std::vector<uint64_t> keys;
+      std::vector<uint32_t> counts;
+      for (size_t i = 0; i < record.keys.size(); ++i) {
+        if (ShardOf(static_cast<uint64_t>(record.keys[i]), num_shards) != shard) continue;
+        keys.push_back(static_cast<uint64_t>(record.keys[i]));
+        counts.push_back(record.counts[i]);
+      }
+      table.AddPending(keys.data(), counts.data(), static_cast<int64_t>(keys.size()));
+      return;
+    }
+    seen = true;
+    for (int i = 0; i < 3; ++i) counters[i] += record.table[i];
+    if (file_clock > newest_clock) {
+      newest_clock = file_clock;
+      clock_times.clear();
+      for (size_t i = 3; i + 1 < record.table.size(); i += 2) {
+        clock_times.emplace_back(record.table[i], record.table[i + 1]);
+      }
+    }
+  }
+
+  void Apply(Table& table, bool shared_out, uint32_t shard, uint32_t num_shards) const {
+    if (!seen) return;  // files of format version 1 carry no state
+    int64_t mine[3];
+    for (int i = 0; i < 3; ++i) {
+      mine[i] = shared_out ? counters[i] / num_shards + (shard < counters[i] % num_shards ? 1 : 0)
+                           : counters[i];
+    }
+    table.SetCounters(mine);
+    table.SetClockTimes(clock_times);
+  }
+};
+
 class TableRestoreOp : public OpKernel {
  public:
   explicit TableRestoreOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -239,6 +345,27 @@ class TableRestoreOp : public OpKernel {
                       table.num_slots(), " slots, or another optimizer")));
       clock = std::max(clock, h.clock);
     }
+    int64_t restored = 0;
+    absl::Status status;
+    RunOrReportOutOfMemory(ctx, "Tfps>TableRestore", resource->name(), [&] {
+      status = Restore(ctx, table, readers, expected_rows, shard, num_shards, &restored);
+    }, "the table is partly restored");
+    OP_REQUIRES_OK(ctx, status);
+    if (!ctx->status().ok()) return;
+    table.SetApplyCalls(clock);
+    table.MarkSaved();
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = restored;
+  }
+
+ private:
+  // Brings the files' rows and state into the table, file after file, record after record.
+  static absl::Status Restore(OpKernelContext* ctx, Table& table,
+                              const std::vector<std::unique_ptr<RowFileReader>>& readers,
+                              const std::vector<int64_t>& expected_rows, uint32_t shard,
+                              uint32_t num_shards, int64_t* restored) {
+    const int dim = table.dim(), slot_width = table.num_slots() * table.dim();
     bool all_whole = true;
     for (const auto& reader : readers) all_whole &= reader->header().kind == kWholeShard;
     if (all_whole) {
@@ -246,10 +373,13 @@ class TableRestoreOp : public OpKernel {
       int64_t saved_rows = 0;
       for (int64_t rows : expected_rows) saved_rows += std::max<int64_t>(0, rows);
       // Reading every file, this shard keeps about 1 / num_shards of their rows.
-      table.Reserve(paths.size() > 1 ? saved_rows / num_shards : saved_rows);
+      table.Reserve(readers.size() > 1 ? saved_rows / num_shards : saved_rows);
     }
-    int64_t restored = 0;
+    // The saved counts of keys waiting for admission replace the table's.
+    table.ClearPending();
+    SavedState state;
     ExportChunk chunk;
+    StateRecord record;
     const ParallelFor parallel_for = DeviceParallelFor(ctx);
     for (const auto& reader : readers) {
       const RowFileHeader& h = reader->header();
@@ -258,31 +388,31 @@ class TableRestoreOp : public OpKernel {
         RemoveKeysOf(table, h.shard_index, h.num_shards, parallel_for);
       }
       for (bool done = false;;) {
-        absl::Status status = reader->Next(&chunk, &done);
-        OP_REQUIRES(ctx, status.ok(),
-                    absl::Status(status.code(), absl::StrCat(status.message(),
-                                                             " (the table is partly restored)")));
+        const absl::Status status = reader->Next(&chunk, &done, &record);
+        if (!status.ok()) {
+          return absl::Status(status.code(),
+                              absl::StrCat(status.message(), " (the table is partly restored)"));
+        }
         if (done) break;
-        if (!chunk.removed.empty()) {
+        if (record.kind != StateRecord::kNone) {
+          state.Add(table, record, h.clock, shard, num_shards);
+        } else if (!chunk.removed.empty()) {
           KeepShardKeys(&chunk.removed, shard, num_shards);
           table.Remove(reinterpret_cast<const uint64_t*>(chunk.removed.data()),
                        static_cast<int64_t>(chunk.removed.size()), parallel_for);
-          continue;
+        } else {
+          KeepShard(&chunk, shard, num_shards, dim, slot_width);
+          const int64_t n = static_cast<int64_t>(chunk.keys.size());
+          table.Import(reinterpret_cast<const uint64_t*>(chunk.keys.data()), n,
+                       chunk.values.data(), chunk.slots.data(), chunk.metadata.data(), parallel_for);
+          *restored += n;
         }
-        KeepShard(&chunk, shard, num_shards, dim, slot_width);
-        const int64_t n = static_cast<int64_t>(chunk.keys.size());
-        table.Import(reinterpret_cast<const uint64_t*>(chunk.keys.data()), n, chunk.values.data(),
-                     chunk.slots.data(), chunk.metadata.data(), parallel_for);
-        restored += n;
       }
     }
-    table.SetApplyCalls(clock);
-    table.MarkSaved();
-    Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = restored;
+    state.Apply(table, readers.size() > 1, shard, num_shards);
+    return absl::OkStatus();
   }
- private:
+
   bool records_verified_ = false;
 };
 

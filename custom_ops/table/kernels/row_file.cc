@@ -14,6 +14,10 @@ namespace {
 constexpr char kMagic[8] = {'T', 'F', 'P', 'S', 'R', 'O', 'W', 'S'};
 constexpr uint32_t kChunkMagic = 0x4b4e4843;   // "CHNK"
 constexpr uint32_t kRemovedMagic = 0x44564d52;  // "RMVD"
+constexpr uint32_t kTableMagic = 0x4c424154;    // "TABL"
+constexpr uint32_t kSketchMagic = 0x48434b53;   // "SKCH"
+constexpr uint32_t kPendingMagic = 0x444e4550;  // "PEND"
+constexpr size_t kSketchHeadBytes = 16;
 constexpr uint32_t kFooterMagic = 0x444e4554;  // "TEND"
 constexpr size_t kHeaderBytes = 64, kFooterBytes = 40;
 
@@ -49,8 +53,11 @@ std::string TempPathOf(::tensorflow::Env* env, const std::string& path) {
 
 }  // namespace
 
+// Metadata columns per row: version 1 had no score column.
+uint64_t MetadataColumns(const RowFileHeader& h) { return h.version == 1 ? kScore : kNumMetadata; }
+
 uint64_t RowBytes(const RowFileHeader& h) {
-  return sizeof(int64_t) * (1 + kNumMetadata) + sizeof(float) * uint64_t{h.dim} * (1 + h.num_slots);
+  return sizeof(int64_t) * (1 + MetadataColumns(h)) + sizeof(float) * uint64_t{h.dim} * (1 + h.num_slots);
 }
 
 RowFileWriter::RowFileWriter(::tensorflow::Env* env, std::string path, std::string temp_path,
@@ -119,6 +126,26 @@ absl::Status RowFileWriter::Append(const ExportChunk& chunk) {
   return absl::OkStatus();
 }
 
+absl::Status RowFileWriter::AppendState(const StateRecord& r) {
+  switch (r.kind) {
+    case StateRecord::kTable:
+      return WriteRecord(kTableMagic, static_cast<uint32_t>(r.table.size()),
+                         {{r.table.data(), r.table.size() * sizeof(int64_t)}});
+    case StateRecord::kSketch: {
+      const uint32_t head[4] = {r.stripe, r.log2_stripes, r.width, 0};
+      return WriteRecord(kSketchMagic, static_cast<uint32_t>(r.cells.size()),
+                         {{head, sizeof(head)}, {r.cells.data(), r.cells.size() * sizeof(uint16_t)}});
+    }
+    case StateRecord::kPending:
+      return WriteRecord(kPendingMagic, static_cast<uint32_t>(r.keys.size()),
+                         {{r.keys.data(), r.keys.size() * sizeof(int64_t)},
+                          {r.counts.data(), r.counts.size() * sizeof(uint32_t)}});
+    case StateRecord::kNone:
+      break;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RowFileWriter::Finish() {
   char footer[kFooterBytes] = {};
   Put(footer, kFooterMagic);
@@ -170,10 +197,10 @@ absl::Status RowFileReader::Open(::tensorflow::Env* env, const std::string& path
   h.shard_index = Get<uint32_t>(bytes + 32);
   h.num_shards = Get<uint32_t>(bytes + 36);
   h.kind = Get<uint32_t>(bytes + 40);
-  if (h.version != kRowFileVersion) {
+  if (h.version < 1 || h.version > kRowFileVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "tfps checkpoint file '", path, "' has format version ", h.version,
-        "; this tfps reads version ", kRowFileVersion));
+        "; this tfps reads versions 1 to ", kRowFileVersion));
   }
   if (h.dim == 0) return reader.Corrupt("dim 0 in the header");
   if (h.kind != kWholeShard && h.kind != kShardChanges) return reader.Corrupt("unknown kind");
@@ -203,8 +230,9 @@ absl::Status RowFileReader::Read(uint64_t size, void* data, uint32_t* crc) {
   return absl::OkStatus();
 }
 
-absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done) {
+absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done, StateRecord* state) {
   *done = false;
+  if (state != nullptr) state->kind = StateRecord::kNone;
   uint32_t crc = 0;
   uint32_t* record_crc = verify_records_ ? &crc : nullptr;
   char head[8];
@@ -227,30 +255,70 @@ absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done) {
     *done = true;
     return absl::OkStatus();
   }
-  if (magic != kChunkMagic && magic != kRemovedMagic) {
+  const bool state_record =
+      header_.version >= 2 && (magic == kTableMagic || magic == kSketchMagic || magic == kPendingMagic);
+  if (magic != kChunkMagic && magic != kRemovedMagic && !state_record) {
     return Corrupt(absl::StrCat("no record or footer at byte ", offset_ - 4));
   }
   TF_RETURN_IF_ERROR(Read(4, head + 4, record_crc));
   const uint64_t n = Get<uint32_t>(head + 4);
-  const uint64_t record_row_bytes = magic == kChunkMagic ? RowBytes(header_) : sizeof(int64_t);
-  if (n == 0 || n * record_row_bytes > size_ - offset_) {
+  uint64_t entry_bytes = sizeof(int64_t), fixed_bytes = 0;
+  if (magic == kChunkMagic) entry_bytes = RowBytes(header_);
+  if (magic == kSketchMagic) entry_bytes = sizeof(uint16_t), fixed_bytes = kSketchHeadBytes;
+  if (magic == kPendingMagic) entry_bytes = sizeof(int64_t) + sizeof(uint32_t);
+  if ((n == 0 && !state_record) || fixed_bytes + n * entry_bytes > size_ - offset_) {
     return Corrupt(absl::StrCat("a record of ", n, " entries does not fit in the file"));
   }
   chunk->keys.clear();
   chunk->removed.clear();
+  StateRecord skipped;
+  StateRecord& record = state != nullptr ? *state : skipped;
   if (magic == kRemovedMagic) {
     chunk->removed.resize(n);
     TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->removed.data(), record_crc));
-  } else {
+  } else if (magic == kChunkMagic) {
     const size_t dim = header_.dim, slot_width = size_t{header_.num_slots} * dim;
+    const uint64_t columns = MetadataColumns(header_);
     chunk->keys.resize(n);
-    chunk->metadata.resize(n * kNumMetadata);
+    chunk->metadata.assign(n * kNumMetadata, 0);
     chunk->values.resize(n * dim);
     chunk->slots.resize(n * slot_width);
     TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), chunk->keys.data(), record_crc));
-    TF_RETURN_IF_ERROR(Read(chunk->metadata.size() * sizeof(int64_t), chunk->metadata.data(), record_crc));
+    TF_RETURN_IF_ERROR(Read(n * columns * sizeof(int64_t), chunk->metadata.data(), record_crc));
+    if (columns != kNumMetadata) {  // spread version 1's rows out, their scores 0
+      for (uint64_t i = n; i-- > 0;) {
+        for (uint64_t c = columns; c-- > 0;) chunk->metadata[i * kNumMetadata + c] = chunk->metadata[i * columns + c];
+        for (uint64_t c = columns; c < kNumMetadata; ++c) chunk->metadata[i * kNumMetadata + c] = 0;
+      }
+    }
     TF_RETURN_IF_ERROR(Read(chunk->values.size() * sizeof(float), chunk->values.data(), record_crc));
     TF_RETURN_IF_ERROR(Read(chunk->slots.size() * sizeof(float), chunk->slots.data(), record_crc));
+  } else if (magic == kTableMagic) {
+    record.kind = StateRecord::kTable;
+    record.table.resize(n);
+    TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), record.table.data(), record_crc));
+    if (n < 3 || (n - 3) % 2 != 0) return Corrupt(absl::StrCat("a TABL record of ", n, " values"));
+  } else if (magic == kSketchMagic) {
+    uint32_t sketch_head[4];
+    TF_RETURN_IF_ERROR(Read(sizeof(sketch_head), sketch_head, record_crc));
+    record.kind = StateRecord::kSketch;
+    record.stripe = sketch_head[0];
+    record.log2_stripes = sketch_head[1];
+    record.width = sketch_head[2];
+    record.cells.resize(n);
+    TF_RETURN_IF_ERROR(Read(n * sizeof(uint16_t), record.cells.data(), record_crc));
+    const uint64_t width = record.width;
+    if (record.log2_stripes > 16 || record.stripe >= (1u << record.log2_stripes) || width == 0 ||
+        (width & (width - 1)) != 0 || n != 4 * width) {
+      return Corrupt(absl::StrCat("a SKCH record of stripe ", record.stripe, " of 2^",
+                                  record.log2_stripes, " and width ", width, " with ", n, " cells"));
+    }
+  } else {
+    record.kind = StateRecord::kPending;
+    record.keys.resize(n);
+    record.counts.resize(n);
+    TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), record.keys.data(), record_crc));
+    TF_RETURN_IF_ERROR(Read(n * sizeof(uint32_t), record.counts.data(), record_crc));
   }
   uint32_t stored = 0;
   TF_RETURN_IF_ERROR(Read(sizeof(stored), &stored, nullptr));
@@ -258,7 +326,7 @@ absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done) {
   if (magic == kChunkMagic) {
     rows_ += static_cast<int64_t>(n);
     ++chunks_;
-  } else {
+  } else if (magic == kRemovedMagic) {
     removed_ += static_cast<int64_t>(n);
   }
   return absl::OkStatus();

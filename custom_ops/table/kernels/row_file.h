@@ -3,18 +3,24 @@
 // header (magic "TFPSROWS", format version, dim, slot count, optimizer, the shard's clock,
 // shard index and count, kind: whole or changes since the last save, CRC-32C of the
 // header); then records, each [magic | count n | payload | CRC-32C of the record]: "CHNK"
-// rows (keys int64[n], metadata int64[n, 3], values float[n, dim], slots float[n, slots,
-// dim]) and, in a file of changes, "RMVD" removed keys (int64[n]), which come before any
-// row of the same keys; then a 40-byte footer [magic "TEND" | 0 | rows | row records |
-// removed keys | 0 | CRC-32C of the footer], which must end the file. A writer streams to a
-// temporary file and renames it into place only when the footer is written, so a file at
-// the final path is always whole. docs/checkpoints.md gives the same layout for readers.
+// rows (keys int64[n], metadata int64[n, 4] (version 1: [n, 3], no score), values
+// float[n, dim], slots float[n, slots, dim]) and, in a file of changes, "RMVD" removed keys
+// (int64[n]), which come before any row of the same keys; since version 2, after the rows,
+// the admission and eviction state: "TABL" (int64[n]: admitted, rejected, evicted, then
+// (clock, wall-clock microseconds) pairs), and the counts of keys waiting for admission,
+// per stripe, "SKCH" (uint32 stripe, log2 of the stripe count, width, 0, then uint16
+// cells[n = 4 * width]) or "PEND" (keys int64[n], counts uint32[n]); then a 40-byte footer
+// [magic "TEND" | 0 | rows | row records | removed keys | 0 | CRC-32C of the footer], which
+// must end the file. A writer streams to a temporary file and renames it into place only
+// when the footer is written, so a file at the final path is always whole.
+// docs/checkpoints.md gives the same layout for readers.
 #ifndef TFPS_TABLE_KERNELS_ROW_FILE_H_
 #define TFPS_TABLE_KERNELS_ROW_FILE_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "custom_ops/core/table.h"
 #include "tensorflow/core/platform/env.h"
@@ -22,7 +28,7 @@
 
 namespace tfps {
 
-inline constexpr uint32_t kRowFileVersion = 1;
+inline constexpr uint32_t kRowFileVersion = 2;
 // RowFileHeader::kind: every row of the shard, or the changes since the shard's last save.
 inline constexpr uint32_t kWholeShard = 0, kShardChanges = 1;
 
@@ -40,6 +46,17 @@ struct RowFileHeader {
 // Bytes of one row in a chunk record: key and metadata, value and slots.
 uint64_t RowBytes(const RowFileHeader& header);
 
+// A record of a table's admission and eviction state (all but rows and removed keys).
+struct StateRecord {
+  enum Kind { kNone, kTable, kSketch, kPending };
+  Kind kind = kNone;
+  std::vector<int64_t> table;  // kTable: admitted, rejected, evicted, (clock, micros) pairs
+  uint32_t stripe = 0, log2_stripes = 0, width = 0;  // kSketch
+  std::vector<uint16_t> cells;                       // kSketch: 4 * width
+  std::vector<int64_t> keys;                         // kPending
+  std::vector<uint32_t> counts;                      // kPending
+};
+
 class RowFileWriter {
  public:
   // Opens a temporary file beside `path` and writes the header.
@@ -49,6 +66,8 @@ class RowFileWriter {
 
   // Writes the chunk's removed keys (if any), then its rows.
   absl::Status Append(const ExportChunk& chunk);
+  // Writes a state record (after every row).
+  absl::Status AppendState(const StateRecord& record);
   // Writes the footer, closes the file and renames it to the final path.
   absl::Status Finish();
   int64_t rows() const { return rows_; }
@@ -80,9 +99,11 @@ class RowFileReader {
 
   const RowFileHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
-  // Reads the next record into *chunk: rows (chunk->removed empty) or removed keys
-  // (chunk->keys empty). At the footer, sets *done and checks the totals.
-  absl::Status Next(ExportChunk* chunk, bool* done);
+  // Reads the next record: rows into *chunk (chunk->removed empty), removed keys
+  // (chunk->keys empty), or a state record into *state (state->kind; kNone otherwise; with
+  // state null such records are checked and skipped). At the footer, sets *done and checks
+  // the totals.
+  absl::Status Next(ExportChunk* chunk, bool* done, StateRecord* state = nullptr);
   int64_t rows() const { return rows_; }
   int64_t removed() const { return removed_; }
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "custom_ops/table/kernels/row_output.h"
@@ -40,7 +41,8 @@ class TableOpKernel : public OpKernel {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &resource));
     OP_REQUIRES_OK(ctx, CheckTable(resource->table()));
-    ComputeWithTable(ctx, resource->table());
+    RunOrReportOutOfMemory(ctx, type_string(), resource->name(),
+                           [&] { ComputeWithTable(ctx, resource->table()); });
   }
 
  protected:
@@ -121,7 +123,12 @@ class TableCreateOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->resource_manager()->LookupOrCreate<TableResource>(
                             container, shared_name_, &resource,
                             [this](TableResource** out) {
-                              *out = new TableResource(config_);
+                              try {
+                                *out = new TableResource(config_, shared_name_);
+                              } catch (const std::bad_alloc&) {
+                                return OutOfMemory("Tfps>TableCreate", shared_name_, -1,
+                                                   "no table was made");
+                              }
                               return absl::OkStatus();
                             }));
     const std::string existing = DescribeTableConfig(resource->table().config());
@@ -176,10 +183,12 @@ class TableFindOrInsertOp : public TableOpKernel {
                                          "Tfps>TableFindOrInsert: occurrences must be >= 0, got ",
                                          seen[i], " at index ", i)));
     }
-    Tensor* values = nullptr;
+    Tensor *values = nullptr, *admitted = nullptr;
     OP_REQUIRES_OK(ctx, AllocateRows(ctx, 0, keys, &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &admitted));
     table.FindOrInsert(KeyData(keys), keys.NumElements(), values->flat<float>().data(),
-                       DeviceParallelFor(ctx), seen);
+                       DeviceParallelFor(ctx), seen,
+                       reinterpret_cast<uint8_t*>(admitted->flat<bool>().data()));
   }
 };
 
@@ -266,12 +275,24 @@ class TableStatsOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     Tensor* stats = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({4}), &stats));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({8}), &stats));
+    const TableStats s = table.Stats();
     auto out = stats->flat<int64_t>();
-    out(0) = table.Size();
-    out(1) = table.MemoryBytes();
-    out(2) = table.RowMemoryBytes();
-    out(3) = table.ApplyCalls();
+    int i = 0;
+    for (int64_t v : {s.rows, s.memory_bytes, s.row_memory_bytes, s.clock, s.admitted, s.pending,
+                      s.rejected, s.evicted}) {
+      out(i++) = v;
+    }
+  }
+};
+
+class TableEvictOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
+    Tensor* evicted = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &evicted));
+    evicted->scalar<int64_t>()() = table.Evict(DeviceParallelFor(ctx));
   }
 };
 
@@ -361,15 +382,23 @@ class TableImportOp : public TableTransferOpKernel {
                 absl::InvalidArgumentError(absl::StrCat(
                     "Tfps>TableImport: slots must have shape [num_keys, num_slots, dim] = [", n,
                     ", ", num_slots_, ", ", dim_, "], got ", slots.shape().DebugString())));
+    // [n, 3]: rows exported before tables kept a score column (their scores are 0).
     OP_REQUIRES(ctx, metadata.dims() == 2 && metadata.dim_size(0) == n &&
-                         metadata.dim_size(1) == kNumMetadata,
+                         (metadata.dim_size(1) == kNumMetadata || metadata.dim_size(1) == kScore),
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Tfps>TableImport: metadata must have shape [num_keys, 3], got ",
-                    metadata.shape().DebugString())));
+                    "Tfps>TableImport: metadata must have shape [num_keys, 4] (or [num_keys, 3] "
+                    "without scores), got ", metadata.shape().DebugString())));
     OP_REQUIRES_OK(ctx, CheckFinite(values, "values"));
     OP_REQUIRES_OK(ctx, CheckFinite(slots, "slots"));
-    table.Import(KeyData(keys), n, values.flat<float>().data(), slots.flat<float>().data(),
-                          metadata.flat<int64_t>().data(), DeviceParallelFor(ctx));
+    std::vector<int64_t> widened;
+    const int64_t* meta = metadata.flat<int64_t>().data();
+    if (metadata.dim_size(1) == kScore) {
+      widened.assign(n * kNumMetadata, 0);
+      for (int64_t i = 0; i < n; ++i) std::copy_n(meta + i * kScore, kScore, &widened[i * kNumMetadata]);
+      meta = widened.data();
+    }
+    table.Import(KeyData(keys), n, values.flat<float>().data(), slots.flat<float>().data(), meta,
+                 DeviceParallelFor(ctx));
   }
 };
 
@@ -390,6 +419,7 @@ REGISTER_KERNEL_BUILDER(Name("Tfps>TableClear").Device(DEVICE_CPU), TableClearOp
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableClock").Device(DEVICE_CPU), TableClockOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableSetClock").Device(DEVICE_CPU), TableSetClockOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableStats").Device(DEVICE_CPU), TableStatsOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableEvict").Device(DEVICE_CPU), TableEvictOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableExport").Device(DEVICE_CPU), TableExportOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableImport").Device(DEVICE_CPU), TableImportOp);
 

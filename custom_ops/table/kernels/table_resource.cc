@@ -17,16 +17,33 @@ std::string TableResource::DebugString() const {
   return absl::StrCat("tfps dynamic table (dim ", table_.dim(), ", ", table_.Size(), " keys)");
 }
 
+absl::Status OutOfMemory(const std::string& op, const std::string& table, int64_t bytes,
+                         const std::string& outcome) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      op, " on table '", table, "': out of memory",
+      bytes >= 0 ? absl::StrCat(" allocating ", bytes, " bytes") : std::string(), "; ", outcome,
+      ". Cap the table (max_rows), admit fewer keys, or give this process more memory"));
+}
+
 std::string DescribeTableConfig(const TableConfig& c) {
   static const char* kOptimizers[] = {"sgd", "adagrad", "adam", "ftrl"};
   static const char* kInitializers[] = {"zeros", "uniform", "truncated_normal"};
+  static const char* kAdmissions[] = {"none", "min_count", "probability"};
+  static const char* kEvictions[] = {"none", "ttl", "decayed_frequency", "lru", "lfu"};
   const OptimizerConfig& o = c.optimizer;
+  const AdmissionConfig& a = c.admission;
+  const EvictionConfig& e = c.eviction;
   return absl::StrCat(
       "dim ", c.dim, ", optimizer ", kOptimizers[static_cast<int>(o.kind)], " (learning_rate ",
       o.learning_rate, ", initial_accumulator ", o.initial_accumulator, ", epsilon ", o.epsilon,
       ", beta1 ", o.beta1, ", beta2 ", o.beta2, ", l1 ", o.l1, ", l2 ", o.l2, ", lr_power ",
       o.lr_power, "), initializer ", kInitializers[static_cast<int>(c.initializer.kind)], " (",
-      c.initializer.a, ", ", c.initializer.b, "), seed ", c.seed);
+      c.initializer.a, ", ", c.initializer.b, "), seed ", c.seed, ", admission ",
+      kAdmissions[static_cast<int>(a.kind)], " (min_count ", a.min_count, ", probability ",
+      a.probability, ", sketch_bytes ", a.sketch_bytes, "), eviction ",
+      kEvictions[static_cast<int>(e.kind)], " (ttl_steps ", e.ttl_steps, ", ttl_seconds ",
+      e.ttl_seconds, ", decay ", e.decay, ", threshold ", e.threshold, ", max_rows ", e.max_rows,
+      ")");
 }
 
 namespace {
@@ -37,6 +54,66 @@ absl::Status ExpectParams(const std::string& what, const std::vector<float>& par
     return absl::InvalidArgumentError(absl::StrCat(
         "Tfps>TableCreate: ", what, " takes ", expected, " parameters (", meaning, "), got ",
         params.size(), ": [", absl::StrJoin(params, ", "), "]"));
+  }
+  return absl::OkStatus();
+}
+
+// Admission and eviction attributes; the error names the bad value.
+absl::Status ParsePolicies(OpKernelConstruction* ctx, TableConfig* config) {
+  std::string admission, eviction;
+  AdmissionConfig& a = config->admission;
+  EvictionConfig& e = config->eviction;
+  float ttl_seconds = 0;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("admission", &admission));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("min_count", &a.min_count));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("admission_probability", &a.probability));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("sketch_bytes", &a.sketch_bytes));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("eviction", &eviction));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("ttl_steps", &e.ttl_steps));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("ttl_seconds", &ttl_seconds));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("decay", &e.decay));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("threshold", &e.threshold));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("max_rows", &e.max_rows));
+  e.ttl_seconds = ttl_seconds;
+  auto invalid = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("Tfps>TableCreate: ", parts...));
+  };
+  a.kind = admission == "min_count"     ? AdmissionKind::kMinCount
+           : admission == "probability" ? AdmissionKind::kProbability
+                                        : AdmissionKind::kNone;
+  if (a.kind == AdmissionKind::kMinCount && !(a.min_count >= 1 && a.min_count <= 0xffffffffLL)) {
+    return invalid("min_count must be in [1, 2^32), got ", a.min_count);
+  }
+  if (a.kind == AdmissionKind::kProbability && !(a.probability > 0.0f && a.probability <= 1.0f)) {
+    return invalid("admission_probability must be in (0, 1], got ", a.probability);
+  }
+  if (a.sketch_bytes < 0 || a.sketch_bytes > (int64_t{1} << 40)) {
+    return invalid("sketch_bytes must be in [0, 2^40] (0: exact counts), got ", a.sketch_bytes);
+  }
+  e.kind = eviction == "ttl"                 ? EvictionKind::kTtl
+           : eviction == "decayed_frequency" ? EvictionKind::kDecayedFrequency
+           : eviction == "lru"               ? EvictionKind::kLru
+           : eviction == "lfu"               ? EvictionKind::kLfu
+                                             : EvictionKind::kNone;
+  if (e.kind == EvictionKind::kTtl &&
+      ((e.ttl_steps > 0) == (e.ttl_seconds > 0) || e.ttl_steps < 0 || !(e.ttl_seconds >= 0) ||
+       !std::isfinite(e.ttl_seconds))) {
+    return invalid("ttl needs exactly one of ttl_steps > 0 or ttl_seconds > 0, got ttl_steps ",
+                   e.ttl_steps, " and ttl_seconds ", e.ttl_seconds);
+  }
+  if (e.kind == EvictionKind::kDecayedFrequency &&
+      !(e.decay > 0.0f && e.decay <= 1.0f && e.threshold > 0.0f && std::isfinite(e.threshold))) {
+    return invalid("decayed_frequency needs decay in (0, 1] and a finite threshold > 0, got decay ",
+                   e.decay, " and threshold ", e.threshold);
+  }
+  if (e.max_rows < 0) return invalid("max_rows must be >= 0 (0: no cap), got ", e.max_rows);
+  // A capped table of few rows takes fewer stripes, so each still holds at least 16 rows.
+  if (e.max_rows > 0) {
+    int log2_stripes = 0;
+    while (log2_stripes < config->log2_stripes && (e.max_rows >> (log2_stripes + 1)) >= 16) {
+      ++log2_stripes;
+    }
+    config->log2_stripes = log2_stripes;
   }
   return absl::OkStatus();
 }
@@ -155,7 +232,7 @@ absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
     init.a = init_params[0];
     init.b = init_params[1];
   }
-  return absl::OkStatus();
+  return ParsePolicies(ctx, config);
 }
 
 ParallelFor DeviceParallelFor(OpKernelContext* ctx) {

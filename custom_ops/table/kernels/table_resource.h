@@ -2,7 +2,9 @@
 #ifndef TFPS_TABLE_KERNELS_TABLE_RESOURCE_H_
 #define TFPS_TABLE_KERNELS_TABLE_RESOURCE_H_
 
+#include <new>
 #include <string>
+#include <utility>
 
 #include "custom_ops/core/table.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -12,16 +14,40 @@ namespace tfps {
 
 class TableResource : public ::tensorflow::ResourceBase {
  public:
-  explicit TableResource(const TableConfig& config) : table_(config) {}
+  TableResource(const TableConfig& config, std::string name)
+      : table_(config), name_(std::move(name)) {}
 
   std::string DebugString() const override;
   int64_t MemoryUsed() const override { return table_.MemoryBytes(); }
 
   Table& table() { return table_; }
+  // The table's shared name, for error messages.
+  const std::string& name() const { return name_; }
 
  private:
   Table table_;
+  const std::string name_;
 };
+
+// A ResourceExhausted error naming the op, the table and the bytes it asked for (-1: not
+// known), saying what became of the table.
+absl::Status OutOfMemory(const std::string& op, const std::string& table, int64_t bytes,
+                         const std::string& outcome);
+
+// Runs fn(); an allocation failure inside it (table calls throw before changing anything)
+// becomes the kernel's ResourceExhausted error instead of ending the process.
+template <typename Fn>
+void RunOrReportOutOfMemory(::tensorflow::OpKernelContext* ctx, const std::string& op,
+                            const std::string& table, Fn&& fn,
+                            const std::string& outcome = "the table is unchanged") {
+  try {
+    fn();
+  } catch (const AllocationFailure& e) {
+    ctx->SetStatus(OutOfMemory(op, table, e.bytes(), outcome));
+  } catch (const std::bad_alloc&) {
+    ctx->SetStatus(OutOfMemory(op, table, -1, outcome));
+  }
+}
 
 // Everything that decides a table's values (not its memory policy), for comparing the
 // table behind a shared name with the one an op asks for.

@@ -61,6 +61,16 @@ REGISTER_OP("Tfps>TableCreate")
     .Attr("initializer_params: list(float) = []")
     .Attr("seed: int = 0")
     .Attr("huge_pages: bool = false")
+    .Attr("admission: {'none', 'min_count', 'probability'} = 'none'")
+    .Attr("min_count: int = 1")
+    .Attr("admission_probability: float = 1.0")
+    .Attr("sketch_bytes: int = 0")
+    .Attr("eviction: {'none', 'ttl', 'decayed_frequency', 'lru', 'lfu'} = 'none'")
+    .Attr("ttl_steps: int = 0")
+    .Attr("ttl_seconds: float = 0.0")
+    .Attr("decay: float = 1.0")
+    .Attr("threshold: float = 0.0")
+    .Attr("max_rows: int = 0")
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
     .SetIsStateful()
@@ -70,6 +80,13 @@ Creates (or finds, by shared_name) a dynamic embedding table.
 optimizer_params: adagrad [initial_accumulator, epsilon]; adam [beta1, beta2, epsilon];
   ftrl [initial_accumulator, l1, l2, lr_power]; sgd [].
 initializer_params: uniform [low, high]; truncated_normal [mean, stddev]; zeros [].
+admission: min_count (a key gets a row after min_count occurrences) or probability (each
+  occurrence admits it with admission_probability); absent keys are counted in a sketch of
+  sketch_bytes, or exactly when it is 0.
+eviction: ttl (rows unseen for ttl_steps of the clock, or ttl_seconds, go), decayed_frequency
+  (rows whose score, decayed by `decay` per step, is under `threshold` go), lru or lfu (the
+  order max_rows evicts in; ttl evicts as lru, decayed_frequency by score).
+max_rows: this table's cap on rows (0: none).
 )doc");
 
 REGISTER_OP("Tfps>TableFind")
@@ -82,12 +99,14 @@ REGISTER_OP("Tfps>TableFind")
     .SetShapeFn(LookupShape);
 
 // occurrences: how many times each key occurred in the data (its count grows by that), or
-// empty: once each.
+// empty: once each. admitted: whether the key has a row after the call (false only for
+// keys an admission policy still counts; they read their initial value).
 REGISTER_OP("Tfps>TableFindOrInsert")
     .Input("table_handle: resource")
     .Input("keys: Tkey")
     .Input("occurrences: int64")
     .Output("values: float")
+    .Output("admitted: bool")
     .Attr("Tkey: {int64, uint64}")
     .Attr("dim: int >= 1")
     .SetShapeFn(LookupShape);
@@ -153,14 +172,26 @@ REGISTER_OP("Tfps>TableClock")
       return absl::OkStatus();
     });
 
-// [rows, memory bytes (index and mapped rows), mapped row bytes, clock]: one small tensor,
-// so statistics of a table on a parameter server cost one round trip.
+// [rows, memory bytes (index, mapped rows, admission counts), mapped row bytes, clock,
+// admitted, pending, rejected, evicted]: one small tensor, so statistics of a table on a
+// parameter server cost one round trip.
 REGISTER_OP("Tfps>TableStats")
     .Input("table_handle: resource")
     .Output("stats: int64")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(ScalarInput(c, 0));
-      c->set_output(0, c->Vector(4));
+      c->set_output(0, c->Vector(8));
+      return absl::OkStatus();
+    });
+
+// Sweeps the whole table now, removing the rows its eviction policy says go; returns how
+// many went.
+REGISTER_OP("Tfps>TableEvict")
+    .Input("table_handle: resource")
+    .Output("evicted: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 0));
+      c->set_output(0, c->Scalar());
       return absl::OkStatus();
     });
 
@@ -197,7 +228,7 @@ REGISTER_OP("Tfps>TableExport")
       c->set_output(0, c->Vector(n));
       c->set_output(1, c->Matrix(n, DimAttr(c)));
       c->set_output(2, c->MakeShape({n, c->MakeDim(num_slots), c->MakeDim(DimAttr(c))}));
-      c->set_output(3, c->Matrix(n, 3));
+      c->set_output(3, c->Matrix(n, 4));
       c->set_output(4, c->Scalar());
       return absl::OkStatus();
     });

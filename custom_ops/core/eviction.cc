@@ -1,0 +1,156 @@
+// Eviction inside the table (policies.h): the sweep that every training lookup advances a
+// few rows per key, Table::Evict's sweep of everything, the row cap's victims, and the
+// record of when the clock ran that maps a TTL in seconds onto steps.
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <shared_mutex>
+
+#include "custom_ops/core/row_layout.h"
+#include "custom_ops/core/stripe.h"
+#include "custom_ops/core/table.h"
+
+namespace tfps {
+namespace {
+
+// Rows the cap samples for each victim (the lowest-ranked goes).
+constexpr int kCapCandidates = 8;
+// The clock record keeps this many samples, one per 1/kClockSamplesPerTtl of the TTL.
+constexpr size_t kClockSamples = 256;
+constexpr int64_t kClockSamplesPerTtl = 64;
+
+bool Expired(const EvictionConfig& e, const RowView& row, int64_t clock, int64_t ttl_cutoff) {
+  const int64_t last = row.header->last_step;
+  switch (e.kind) {
+    case EvictionKind::kTtl:
+      return e.ttl_steps > 0 ? clock - last > e.ttl_steps : last < ttl_cutoff;
+    case EvictionKind::kDecayedFrequency:
+      return DecayedScore(*row.score, e.decay, last, clock) < e.threshold;
+    default:
+      return false;
+  }
+}
+
+// The cap's order: the lowest goes first.
+double Rank(const EvictionConfig& e, const RowView& row, int64_t clock) {
+  switch (e.kind) {
+    case EvictionKind::kLfu:
+      return row.header->count;
+    case EvictionKind::kDecayedFrequency:
+      return DecayedScore(*row.score, e.decay, row.header->last_step, clock);
+    default:  // LRU; TTL ranks by recency too
+      return row.header->last_step;
+  }
+}
+
+uint64_t NextRandom(uint64_t* state) {
+  uint64_t x = *state;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  *state = x;
+  return x;
+}
+
+int64_t NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int64_t Table::SweepStripe(Stripe& s, uint64_t budget, int64_t clock, int64_t ttl_cutoff) const {
+  if (s.rows_used == 0) return 0;
+  const RowLayout layout = LayoutOf(config_);
+  budget = std::min<uint64_t>(budget, s.rows_used);  // at most one pass
+  int64_t removed = 0;
+  uint64_t r = s.sweep_cursor < s.rows_used ? s.sweep_cursor : 0;
+  for (uint64_t visited = 0; visited < budget;) {
+    if (r >= s.rows_used) r = 0;
+    const uint64_t word_end = std::min((r | 63) + 1, s.rows_used);
+    const uint64_t live = s.live[r >> 6] >> (r & 63);  // no live bits lie past rows_used
+    if (live == 0) {
+      visited += word_end - r;
+      r = word_end;
+      continue;
+    }
+    const uint64_t next = r + __builtin_ctzll(live);
+    visited += next - r + 1;
+    r = next + 1;
+    const RowView row = layout.View(s.Row(next, row_bytes_));
+    if (Expired(config_.eviction, row, clock, ttl_cutoff)) {
+      s.RemoveKey(row.header->key, TableHash(row.header->key), row_bytes_);
+      ++removed;
+    }
+  }
+  s.sweep_cursor = r;
+  return removed;
+}
+
+int64_t Table::TtlCutoff() const {
+  const double seconds = config_.eviction.ttl_seconds;
+  if (config_.eviction.kind != EvictionKind::kTtl || seconds <= 0) return -1;
+  const int64_t before = NowMicros() - static_cast<int64_t>(seconds * 1e6);
+  std::lock_guard<std::mutex> lock(clock_times_mu_);
+  // A row last seen at a step before the clock of a sample older than the TTL is older
+  // than the TTL too.
+  int64_t cutoff = -1;
+  for (const auto& [clock, micros] : clock_times_) {
+    if (micros > before) break;
+    cutoff = clock;
+  }
+  return cutoff;
+}
+
+void Table::RecordClockTime(int64_t clock) {
+  const int64_t now = NowMicros();
+  const int64_t every = std::max<int64_t>(
+      1, static_cast<int64_t>(config_.eviction.ttl_seconds * 1e6) / kClockSamplesPerTtl);
+  std::lock_guard<std::mutex> lock(clock_times_mu_);
+  if (!clock_times_.empty() && now - clock_times_.back().second < every) return;
+  if (clock_times_.size() == kClockSamples) clock_times_.erase(clock_times_.begin());
+  clock_times_.emplace_back(clock, now);
+}
+
+void Table::MakeRoomUnderCap(Stripe& s, int64_t clock) {
+  const RowLayout layout = LayoutOf(config_);
+  int64_t victim = -1;
+  double lowest = 0;
+  for (int sampled = 0, tries = 0; sampled < kCapCandidates && tries < 8 * kCapCandidates; ++tries) {
+    const uint64_t r = NextRandom(&s.sample_state) % s.rows_used;
+    if (!s.IsLive(r)) continue;
+    ++sampled;
+    const double rank = Rank(config_.eviction, layout.View(s.Row(r, row_bytes_)), clock);
+    if (victim < 0 || rank < lowest) {
+      victim = static_cast<int64_t>(r);
+      lowest = rank;
+    }
+  }
+  if (victim < 0) {
+    // An arena mostly free (the cap was met after heavy removals): the first live row on.
+    uint64_t r = NextRandom(&s.sample_state) % s.rows_used;
+    while (!s.IsLive(r)) r = r + 1 == s.rows_used ? 0 : r + 1;
+    victim = static_cast<int64_t>(r);
+  }
+  const uint64_t key = reinterpret_cast<const RowHeader*>(s.Row(victim, row_bytes_))->key;
+  s.RemoveKey(key, TableHash(key), row_bytes_);
+  ++evicted_;
+}
+
+int64_t Table::Evict(const ParallelFor& parallel_for) {
+  if (!Sweeps(config_.eviction)) return 0;
+  const int64_t clock = apply_calls_.load();
+  const int64_t ttl_cutoff = TtlCutoff();
+  std::atomic<int64_t> removed{0};
+  parallel_for(static_cast<int64_t>(stripes_.size()), 10000, [&](int64_t s0, int64_t s1) {
+    for (int64_t i = s0; i < s1; ++i) {
+      Stripe& s = *stripes_[i];
+      std::unique_lock<std::shared_mutex> lock(s.mu);
+      removed += SweepStripe(s, s.rows_used, clock, ttl_cutoff);
+    }
+  });
+  evicted_ += removed.load();
+  return removed.load();
+}
+
+}  // namespace tfps

@@ -1,0 +1,199 @@
+// The parts of Table that read it out and bring state back: exports, the chunks of a
+// checkpoint save with the changes since the last one, and the admission and eviction
+// state besides the rows.
+#include <algorithm>
+#include <mutex>
+#include <shared_mutex>
+
+#include "custom_ops/core/row_layout.h"
+#include "custom_ops/core/stripe.h"
+#include "custom_ops/core/table.h"
+
+namespace tfps {
+namespace {
+
+// Empties a chunk's rows, keeping the vectors' capacity.
+void ClearChunk(ExportChunk* chunk) {
+  chunk->keys.clear();
+  chunk->values.clear();
+  chunk->slots.clear();
+  chunk->metadata.clear();
+}
+
+void AppendRow(const RowView& row, int dim, int64_t slot_width, ExportChunk* chunk) {
+  chunk->keys.push_back(static_cast<int64_t>(row.header->key));
+  chunk->values.insert(chunk->values.end(), row.value, row.value + dim);
+  chunk->slots.insert(chunk->slots.end(), row.slots, row.slots + slot_width);
+  chunk->metadata.push_back(row.header->count);
+  chunk->metadata.push_back(row.header->last_step);
+  chunk->metadata.push_back(row.optimizer_step != nullptr ? *row.optimizer_step : 0);
+  chunk->metadata.push_back(row.score != nullptr ? ScoreToMetadata(*row.score) : 0);
+}
+
+}  // namespace
+
+ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {
+  ExportChunk chunk;
+  ExportInto(cursor, max_rows, &chunk);
+  return chunk;
+}
+
+void Table::ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const {
+  const RowLayout layout = LayoutOf(config_);
+  const int dim = config_.dim;
+  const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
+  ExportChunk& chunk = *out;
+  ClearChunk(&chunk);
+  int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
+  uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
+  const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
+  for (; s < num_stripes; ++s, r = 0) {
+    const Stripe& stripe = *stripes_[s];
+    std::shared_lock<std::shared_mutex> lock(stripe.mu);
+    for (; r < stripe.rows_used; ++r) {
+      if (!stripe.IsLive(r)) continue;
+      if (static_cast<int64_t>(chunk.keys.size()) == max_rows) {
+        chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(r);
+        return;
+      }
+      AppendRow(layout.View(stripe.Row(r, row_bytes_)), dim, slot_width, &chunk);
+    }
+  }
+  chunk.next_cursor = -1;
+}
+
+bool Table::NeedsFullSave() const {
+  if (needs_full_save_.load()) return true;
+  for (const auto& s : stripes_) {
+    std::shared_lock<std::shared_mutex> lock(s->mu);
+    if (s->removed_keys_overflowed) return true;
+  }
+  return false;
+}
+
+void Table::BeginFullSave() {
+  needs_full_save_.store(false);
+  for (auto& s : stripes_) {
+    std::unique_lock<std::shared_mutex> lock(s->mu);
+    s->removed_keys_overflowed = false;
+  }
+}
+
+void Table::MarkSaved() {
+  BeginFullSave();
+  for (auto& s : stripes_) {
+    std::unique_lock<std::shared_mutex> lock(s->mu);
+    std::fill(s->touched.begin(), s->touched.end(), 0);
+    s->removed_keys.clear();
+  }
+}
+
+void Table::SaveChunk(int64_t cursor, int64_t max_rows, bool changed_only, ExportChunk* out) {
+  const RowLayout layout = LayoutOf(config_);
+  const int dim = config_.dim;
+  const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
+  ExportChunk& chunk = *out;
+  ClearChunk(&chunk);
+  chunk.removed.clear();
+  int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
+  uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
+  const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
+  for (; s < num_stripes; ++s, r = 0) {
+    Stripe& stripe = *stripes_[s];
+    std::unique_lock<std::shared_mutex> lock(stripe.mu);
+    if (r == 0) {
+      chunk.removed.insert(chunk.removed.end(), stripe.removed_keys.begin(), stripe.removed_keys.end());
+      stripe.removed_keys.clear();
+    }
+    // Whole words of the live (and changed) bitmaps, so a save of few changes skips the rest.
+    for (uint64_t word = r >> 6; word < stripe.live.size(); ++word) {
+      uint64_t bits = stripe.live[word] & (changed_only ? stripe.touched[word] : ~uint64_t{0});
+      if (word == (r >> 6)) bits &= ~uint64_t{0} << (r & 63);
+      for (; bits != 0; bits &= bits - 1) {
+        const uint64_t row_number = word * 64 + __builtin_ctzll(bits);
+        if (static_cast<int64_t>(chunk.keys.size()) == max_rows) {
+          chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(row_number);
+          return;
+        }
+        AppendRow(layout.View(stripe.Row(row_number, row_bytes_)), dim, slot_width, &chunk);
+        stripe.touched[word] &= ~(uint64_t{1} << (row_number & 63));
+      }
+    }
+  }
+  chunk.next_cursor = -1;
+}
+
+bool Table::DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,
+                     int64_t metadata[kNumMetadata]) const {
+  const RowLayout layout = LayoutOf(config_);
+  const uint64_t hash = TableHash(key);
+  const Stripe& s = *stripes_[StripeOf(hash)];
+  std::shared_lock<std::shared_mutex> lock(s.mu);
+  const int64_t slot = s.FindSlot(key, hash, row_bytes_);
+  if (slot < 0) return false;
+  ExportChunk chunk;
+  AppendRow(layout.View(s.Row(s.slot_rows[slot], row_bytes_)), config_.dim,
+            layout.num_slots * config_.dim, &chunk);
+  *value = std::move(chunk.values);
+  *slots = std::move(chunk.slots);
+  std::copy(chunk.metadata.begin(), chunk.metadata.end(), metadata);
+  return true;
+}
+
+void Table::Counters(int64_t out[3]) const {
+  out[0] = admitted_.load();
+  out[1] = rejected_.load();
+  out[2] = evicted_.load();
+}
+
+void Table::SetCounters(const int64_t counters[3]) {
+  admitted_.store(counters[0]);
+  rejected_.store(counters[1]);
+  evicted_.store(counters[2]);
+}
+
+std::vector<std::pair<int64_t, int64_t>> Table::ClockTimes() const {
+  std::lock_guard<std::mutex> lock(clock_times_mu_);
+  return clock_times_;
+}
+
+void Table::SetClockTimes(const std::vector<std::pair<int64_t, int64_t>>& times) {
+  std::lock_guard<std::mutex> lock(clock_times_mu_);
+  clock_times_ = times;
+}
+
+PendingCounts Table::PendingOfStripe(int stripe) const {
+  std::shared_lock<std::shared_mutex> lock(stripes_[stripe]->mu);
+  return stripes_[stripe]->pending;
+}
+
+void Table::ClearPending() {
+  for (auto& s : stripes_) {
+    std::unique_lock<std::shared_mutex> lock(s->mu);
+    s->pending.Clear();
+  }
+}
+
+void Table::MergePendingSketch(int saved_stripe, int saved_log2_stripes, const uint16_t* cells,
+                               size_t width) {
+  // A key's stripe is the top bits of its hash: with more stripes here, the saved stripe's
+  // keys spread over several of them; with fewer, several saved stripes share one.
+  const int here = config_.log2_stripes;
+  const int first = here >= saved_log2_stripes ? saved_stripe << (here - saved_log2_stripes)
+                                               : saved_stripe >> (saved_log2_stripes - here);
+  const int count = here >= saved_log2_stripes ? 1 << (here - saved_log2_stripes) : 1;
+  for (int i = first; i < first + count; ++i) {
+    std::unique_lock<std::shared_mutex> lock(stripes_[i]->mu);
+    stripes_[i]->pending.MergeCells(cells, width);
+  }
+}
+
+void Table::AddPending(const uint64_t* keys, const uint32_t* counts, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    Stripe& s = *stripes_[StripeOf(TableHash(keys[i]))];
+    std::unique_lock<std::shared_mutex> lock(s.mu);
+    s.pending.AddExact(keys[i], counts[i]);
+  }
+}
+
+}  // namespace tfps
