@@ -353,17 +353,16 @@ Status GpuTable::Insert(cudaStream_t stream, const uint64_t* keys, int64_t n, co
   return WriteRows(kOp, stream, keys, n, values, nullptr, nullptr);
 }
 
-Status GpuTable::Import(cudaStream_t stream, const uint64_t* keys, int64_t n,
-                        const RowBuffers& rows) {
+Status GpuTable::Import(cudaStream_t stream, const uint64_t* keys, int64_t n, const float* values,
+                        const float* slots, const int64_t* metadata) {
   static constexpr const char* kOp = "GpuTable::Import";
-  TFPS_GPU_RETURN_IF_ERROR(
-      CheckBatch(kOp, n,
-                 {{"keys", keys},
-                  {"values", rows.values},
-                  {"metadata", rows.metadata},
-                  {"slots", num_slots_ > 0 ? static_cast<const void*>(rows.slots) : keys}}));
+  TFPS_GPU_RETURN_IF_ERROR(CheckBatch(kOp, n,
+                                      {{"keys", keys},
+                                       {"values", values},
+                                       {"metadata", metadata},
+                                       {"slots", num_slots_ > 0 ? slots : values}}));
   if (n == 0) return Status::OK();
-  return WriteRows(kOp, stream, keys, n, rows.values, rows.slots, rows.metadata);
+  return WriteRows(kOp, stream, keys, n, values, slots, metadata);
 }
 
 Status GpuTable::WriteRows(const char* op, cudaStream_t stream, const uint64_t* keys, int64_t n,

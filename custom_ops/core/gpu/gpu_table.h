@@ -107,9 +107,11 @@ class GpuTable {
   // its last value.
   Status Insert(cudaStream_t stream, const uint64_t* keys, int64_t n, const float* values);
 
-  // Sets value, slots and metadata of each key, as Export gives them (metadata clamped to
-  // [0, UINT32_MAX]). A repeated key takes its last row.
-  Status Import(cudaStream_t stream, const uint64_t* keys, int64_t n, const RowBuffers& rows);
+  // Sets value, slots and metadata of each key, in Export's layout (values [n, dim], slots
+  // [n, num_slots, dim], null when there are none, metadata [n, 3] clamped to [0,
+  // UINT32_MAX]). A repeated key takes its last row.
+  Status Import(cudaStream_t stream, const uint64_t* keys, int64_t n, const float* values,
+                const float* slots, const int64_t* metadata);
 
   // Removes the keys that are present; *removed (if given, a sync) says how many were.
   // Their slots are reused by later inserts.

@@ -189,10 +189,9 @@ void TestInsertExportImport(const TableConfig& config) {
   DeviceArray<uint64_t> d_keys(gpu_rows.keys);
   DeviceArray<float> d_values(gpu_rows.values), d_slots(gpu_rows.slots);
   DeviceArray<int64_t> d_metadata(gpu_rows.metadata);
-  ExpectOk(
-      restored.gpu().Import(restored.stream(), d_keys.get(), gpu_rows.keys.size(),
-                            RowBuffers{nullptr, d_values.get(), d_slots.get(), d_metadata.get()}),
-      "import");
+  ExpectOk(restored.gpu().Import(restored.stream(), d_keys.get(), gpu_rows.keys.size(),
+                                 d_values.get(), d_slots.get(), d_metadata.get()),
+           "import");
   restored.cpu().SetApplyCalls(t.cpu().ApplyCalls());
   ExpectOk(restored.gpu().SetApplyCalls(restored.stream(), t.cpu().ApplyCalls()), "set the clock");
   restored.ExpectSameState("imported from chunked exports");
