@@ -21,13 +21,15 @@
 // when the table might have to grow: the host keeps an upper bound of keys plus
 // tombstones (it adds n per call, and resets it from a copy of the device's counts that
 // each call queues and a later call reads if it has arrived, without waiting), and only
-// when the bound would pass max_load does it wait for the exact counts (one sync),
-// rebuilding the index if they too would. ApplyGradients also
-// syncs when asked for its verdict (`applied` non-null), since the refusal is decided on
-// the device. Size, ApplyCalls, Remove with a count, Reserve, Export (once per window of
-// slots it scans, to place rows in order) and the destructor sync; the rest queue work.
-// A failed allocation leaves the table as it was; after any other CUDA error the table's
-// device state is unspecified (a faulting kernel also spoils the CUDA context).
+// when the bound would pass max_load does it wait for the exact counts (one sync); the
+// rebuild itself (stream-ordered allocation, rehash kernel) is queued. ApplyGradients
+// also syncs when asked for its verdict (`applied` non-null), since the refusal is decided
+// on the device. Size, ApplyCalls, Remove with a count, Reserve, Export (once per window
+// of slots it scans, to place rows in order) and the destructor sync; Clear and
+// SetApplyCalls only queue work. Device memory comes from cudaMallocAsync (the device's
+// default pool). A failed allocation leaves the table as it was; after any other CUDA
+// error the table's device state is unspecified (a faulting kernel also spoils the CUDA
+// context).
 #ifndef TFPS_CORE_GPU_GPU_TABLE_H_
 #define TFPS_CORE_GPU_GPU_TABLE_H_
 
