@@ -1,192 +1,415 @@
-// Runs the same operations on the GPU table and the CPU table and checks they give the
-// same rows: random and power-law keys, duplicates within a batch, growth far past the
-// initial capacity, SGD and Adagrad updates, absent keys. Needs CUDA only, no TensorFlow.
-// Prints "N passed, M failed" and exits non-zero on any failure.
-#include <cuda_runtime.h>
-
+// Runs the same operations on the GPU table and the CPU table (the reference) and checks
+// they return and hold the same rows, slots and metadata: every operation, every
+// optimizer, growth far past the initial capacity, removes and reinserts, chunked export
+// and import, the clock and negative steps, learning-rate overrides, refused non-finite
+// gradients, heavily repeated keys, concurrent callers, and error statuses. Built by nvcc
+// for a GPU (custom_ops/core/gpu/run_on_gpu.sh), or by g++ with TFPS_GPU_EMULATION to run
+// the kernels on CPU threads (run_emulated.sh; CI does). `--quick` runs smaller batches
+// (for ThreadSanitizer). Prints "N passed, M failed"; exits non-zero on any failure.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <set>
+#include <string>
+#include <thread>
 #include <vector>
 
-#include "custom_ops/core/gpu/gpu_table.h"
-#include "custom_ops/core/table.h"
+#include "custom_ops/core/gpu/tests/harness_support.h"
 
+namespace tfps {
+namespace gpu {
+namespace harness {
 namespace {
 
-int passed = 0, failed = 0;
+int64_t scale = 20;  // batch sizes are multiples of this (--quick: 1)
 
-void Check(bool ok, const char* what, const char* case_name) {
-  (ok ? passed : failed)++;
-  if (!ok) std::printf("FAILED: %s (%s)\n", what, case_name);
-}
-
-// Equal bit for bit, or within 1 ulp where the initializer uses log/cos (truncated normal).
-bool SameRows(const std::vector<float>& a, const std::vector<float>& b, int max_ulp) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    int32_t x, y;
-    std::memcpy(&x, &a[i], 4);
-    std::memcpy(&y, &b[i], 4);
-    if (std::abs(static_cast<int64_t>(x) - y) > max_ulp) {
-      std::printf("  first difference at %zu: %.9g vs %.9g\n", i, a[i], b[i]);
-      return false;
-    }
-  }
-  return true;
-}
-
-template <typename T>
-T* ToDevice(const std::vector<T>& host) {
-  T* device = nullptr;
-  cudaMalloc(&device, std::max<size_t>(1, host.size()) * sizeof(T));
-  cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return device;
-}
-
-template <typename T>
-std::vector<T> ToHost(const T* device, size_t n) {
-  std::vector<T> host(n);
-  cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return host;
-}
-
-std::vector<uint64_t> Batch(std::mt19937_64& rng, int64_t n, bool power_law) {
-  std::vector<uint64_t> keys(n);
+// Keys that look like control bytes or sit at the ends of the range, then n-5 more: Zipf-
+// like ranks scrambled over the 64-bit space (many repeats), or random keys with small IDs
+// that repeat.
+std::vector<uint64_t> Batch(std::mt19937_64& rng, int64_t n, bool power_law,
+                            double universe = 2e6) {
+  std::vector<uint64_t> keys = {0, ~uint64_t{0}, uint64_t{1} << 63, 0x80, 0xFE};
   std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (auto& k : keys) {
-    if (power_law) {  // Zipf-like ranks scrambled over the 64-bit space, many duplicates
-      const uint64_t rank = static_cast<uint64_t>(std::exp(u(rng) * std::log(2e6)));
-      k = tfps::Mix64(rank);
+  while (static_cast<int64_t>(keys.size()) < n) {
+    if (power_law) {
+      keys.push_back(Mix64(static_cast<uint64_t>(std::exp(u(rng) * std::log(universe)))));
     } else {
-      k = rng() % 3 == 0 ? rng() % 1000 : rng();  // small IDs repeat within a batch
+      keys.push_back(rng() % 3 == 0 ? rng() % 500 : rng());
     }
   }
-  keys[0] = 0;
-  keys[1] = ~uint64_t{0};
+  std::shuffle(keys.begin(), keys.end(), rng);
   return keys;
 }
 
-void RunCase(const char* name, tfps::OptimizerKind opt, tfps::InitializerKind init, int dim,
-             bool power_law) {
-  tfps::TableConfig cpu_config;
-  cpu_config.dim = dim;
-  cpu_config.optimizer.kind = opt;
-  cpu_config.optimizer.learning_rate = 0.25f;
-  cpu_config.initializer.kind = init;
-  cpu_config.initializer.a = init == tfps::InitializerKind::kUniform ? -0.5f : 0.0f;
-  cpu_config.initializer.b = init == tfps::InitializerKind::kUniform ? 0.5f : 0.2f;
-  cpu_config.seed = 1234;
-  tfps::gpu::GpuTableConfig gpu_config;
-  gpu_config.dim = dim;
-  gpu_config.optimizer = cpu_config.optimizer;
-  gpu_config.initializer = cpu_config.initializer;
-  gpu_config.seed = cpu_config.seed;
-  const int ulp = init == tfps::InitializerKind::kTruncatedNormal ? 1 : 0;
+std::vector<float> Normal(std::mt19937_64& rng, size_t n) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
 
-  cudaStream_t stream;
-  cudaStreamCreate(&stream);
-  tfps::Table cpu(cpu_config);
-  tfps::gpu::GpuTable gpu(gpu_config, /*initial_capacity=*/1024, stream);
-  const tfps::ParallelFor serial = tfps::SerialParallelFor();
+TableConfig Config(OptimizerKind optimizer, InitializerKind initializer, int dim) {
+  TableConfig c;
+  c.dim = dim;
+  c.optimizer.kind = optimizer;
+  c.optimizer.learning_rate = 0.1f;
+  c.initializer.kind = initializer;
+  c.initializer.a = initializer == InitializerKind::kUniform ? -0.5f : 0.0f;
+  c.initializer.b = initializer == InitializerKind::kUniform ? 0.5f : 0.2f;
+  c.seed = 1234;
+  c.log2_stripes = 4;  // fewer locks for Clear to take (ThreadSanitizer tracks at most 64 at once)
+  return c;
+}
+
+// Applies normal gradients to every key of the batch on both tables.
+bool ApplyNormal(TablePair& t, std::mt19937_64& rng, const std::vector<uint64_t>& keys,
+                 int64_t step, float learning_rate = -1.0f) {
+  return t.Apply(keys, Normal(rng, keys.size() * t.dim()), step, learning_rate);
+}
+
+// A batch inserted by find_or_insert, then trained once at `step`.
+std::vector<uint64_t> Populate(TablePair& t, std::mt19937_64& rng, int64_t n, bool power_law,
+                               int64_t step) {
+  std::vector<uint64_t> keys = Batch(rng, n, power_law);
+  t.FindOrInsert(keys);
+  ApplyNormal(t, rng, keys, step);
+  return keys;
+}
+
+// Rounds of find_or_insert (with and without occurrence counts), apply (repeated keys,
+// explicit and clock steps, learning-rate overrides) and find, compared after each.
+void TestOperationsMatch(const std::string& name, const TableConfig& config, bool power_law) {
+  current_case = name;
+  TablePair t(config, /*initial_capacity=*/64);
   std::mt19937_64 rng(7);
-  const int64_t n = 40000;
-  for (int round = 0; round < 6; ++round) {  // ~200K keys: the table grows 8 times or more
-    std::vector<uint64_t> keys = Batch(rng, n, power_law);
-    uint64_t* d_keys = ToDevice(keys);
-    float* d_values;
-    cudaMalloc(&d_values, n * dim * sizeof(float));
-    std::vector<float> cpu_values(n * dim);
-    cpu.FindOrInsert(keys.data(), n, cpu_values.data(), serial);
-    gpu.FindOrInsert(d_keys, n, d_values);
-    cudaStreamSynchronize(stream);
-    Check(SameRows(cpu_values, ToHost(d_values, n * dim), ulp), "find_or_insert rows", name);
-    Check(cpu.Size() == gpu.Size(), "size after find_or_insert", name);
+  const int64_t n = 500 * scale;
+  for (int round = 0; round < 5; ++round) {
+    const std::vector<uint64_t> keys = Batch(rng, n, power_law);
+    std::vector<int64_t> occurrences;
+    if (round % 2 == 1) {
+      for (size_t i = 0; i < keys.size(); ++i)
+        occurrences.push_back(static_cast<int64_t>(rng() % 9) - 2);
+    }
+    t.FindOrInsert(keys, occurrences);
+    const std::vector<uint64_t> applied = Batch(rng, n / 2, power_law);
+    const int64_t step = round % 3 == 0 ? -1 : round * 7 + 3;
+    const float learning_rate = round % 2 == 1 ? 0.02f * round : -1.0f;
+    ApplyNormal(t, rng, applied, step, learning_rate);
+    std::vector<uint64_t> probe = Batch(rng, n / 2, power_law);
+    probe.insert(probe.end(), keys.begin(), keys.begin() + n / 4);
+    t.Find(probe);
+    t.ExpectSameState("round " + std::to_string(round));
+  }
+  Expect(t.gpu().capacity() >= 64 * 32, "the index grew far past its initial capacity");
+}
 
-    std::vector<uint64_t> unique(std::set<uint64_t>(keys.begin(), keys.end()).begin(),
-                                 std::set<uint64_t>(keys.begin(), keys.end()).end());
-    std::shuffle(unique.begin(), unique.end(), rng);
-    std::vector<float> grads(unique.size() * dim);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (auto& g : grads) g = normal(rng);
-    uint64_t* d_unique = ToDevice(unique);
-    float* d_grads = ToDevice(grads);
-    Check(cpu.ApplyGradients(unique.data(), unique.size(), grads.data(), round, serial), "cpu apply", name);
-    Check(gpu.ApplyGradients(d_unique, unique.size(), d_grads, round), "gpu apply", name);
+// A batch where one key repeats 375*scale times, some 40 times (heapsort), some 3 times
+// (insertion sort) among distinct keys: updates run in input order, counts add up.
+void TestHeavilyRepeatedKeys(const std::string& name, const TableConfig& config) {
+  current_case = name;
+  TablePair t(config, 64);
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> keys(375 * scale, 42);
+  for (uint64_t k = 0; k < 20; ++k) keys.insert(keys.end(), 40, 1000 + k);
+  for (uint64_t k = 0; k < 100; ++k) keys.insert(keys.end(), 3, 5000 + k);
+  for (uint64_t k = 0; k < 500; ++k) keys.push_back(rng());
+  std::shuffle(keys.begin(), keys.end(), rng);
+  ApplyNormal(t, rng, keys, 3);
+  t.FindOrInsert(keys, std::vector<int64_t>(keys.size(), 2));
+  ApplyNormal(t, rng, keys, -1);
+  t.ExpectSameState("after repeated-key applies");
+}
 
-    std::vector<uint64_t> probe = Batch(rng, n, power_law);  // mostly absent keys
-    probe.insert(probe.end(), keys.begin(), keys.begin() + 1000);
-    uint64_t* d_probe = ToDevice(probe);
-    float* d_found;
-    uint8_t* d_exists;
-    cudaMalloc(&d_found, probe.size() * dim * sizeof(float));
-    cudaMalloc(&d_exists, probe.size());
-    std::vector<float> cpu_found(probe.size() * dim);
-    std::vector<uint8_t> cpu_exists(probe.size());
-    cpu.Find(probe.data(), probe.size(), cpu_found.data(), cpu_exists.data(), serial);
-    gpu.Find(d_probe, probe.size(), d_found, d_exists);
-    cudaStreamSynchronize(stream);
-    Check(SameRows(cpu_found, ToHost(d_found, probe.size() * dim), ulp), "find rows after apply", name);
-    Check(cpu_exists == ToHost(d_exists, probe.size()), "find exists mask", name);
-    for (void* p : {static_cast<void*>(d_keys), static_cast<void*>(d_values), static_cast<void*>(d_unique),
-                    static_cast<void*>(d_grads), static_cast<void*>(d_probe), static_cast<void*>(d_found),
-                    static_cast<void*>(d_exists)}) {
-      cudaFree(p);
+// Removes present, absent and repeated keys, reinserts some, applies to others.
+void TestRemoveAndReinsert(const TableConfig& config) {
+  current_case = "remove and reinsert";
+  TablePair t(config, 64);
+  std::mt19937_64 rng(3);
+  std::vector<uint64_t> keys = Populate(t, rng, 600 * scale, false, 1);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<uint64_t> removed;
+    for (uint64_t k : keys) {
+      if (rng() % 5 < 2) removed.push_back(k);
+    }
+    removed.insert(removed.end(), removed.begin(),
+                   removed.begin() + removed.size() / 4);   // repeats
+    for (int i = 0; i < 50; ++i) removed.push_back(rng());  // absent
+    std::shuffle(removed.begin(), removed.end(), rng);
+    t.Remove(removed);
+    t.ExpectSameState("after remove " + std::to_string(round));
+    const std::vector<uint64_t> back(removed.begin(), removed.begin() + removed.size() / 2);
+    t.FindOrInsert(back, std::vector<int64_t>(back.size(), 3));
+    const std::vector<uint64_t> applied(removed.begin() + removed.size() / 2, removed.end());
+    ApplyNormal(t, rng, applied, 10 + round);
+    const std::vector<uint64_t> fresh = Batch(rng, 200 * scale, false);
+    t.FindOrInsert(fresh);
+    keys.insert(keys.end(), fresh.begin(), fresh.end());
+    t.ExpectSameState("after reinsert " + std::to_string(round));
+  }
+  t.Remove(keys);
+  t.ExpectSameState("after removing every key");
+  t.FindOrInsert(keys);
+  t.ExpectSameState("after inserting them all again");
+}
+
+// Insert; export in chunks; import into fresh tables (repeated keys and out-of-range
+// metadata included); a cursor from before a rebuild is refused.
+void TestInsertExportImport(const TableConfig& config) {
+  current_case = "insert, export, import";
+  TablePair t(config, 64);
+  std::mt19937_64 rng(5);
+  const std::vector<uint64_t> keys = Populate(t, rng, 400 * scale, true, 4);
+  std::vector<uint64_t> inserted = Batch(rng, 200 * scale, false);
+  inserted.insert(inserted.end(), keys.begin(), keys.begin() + 50);
+  inserted.push_back(inserted[0]);  // repeated: the last value wins
+  t.Insert(inserted, Normal(rng, inserted.size() * config.dim));
+  t.ExpectSameState("after insert");
+
+  Rows gpu_rows = GpuRowsInSlotOrder(t.gpu(), t.stream(), rng);
+  ExportChunk cpu_rows = t.cpu().Export(0, INT64_MAX);
+  const int dim = config.dim, width = dim * NumSlots(config.optimizer.kind);
+  // A repeated key whose last row carries metadata beyond [0, UINT32_MAX].
+  const auto add_row = [&](auto& keys_out, auto& values, auto& slots, auto& metadata, size_t from) {
+    keys_out.push_back(keys_out[from]);
+    for (int e = 0; e < dim; ++e) values.push_back(values[from * dim + e] + 1.0f);
+    for (int e = 0; e < width; ++e) slots.push_back(slots[from * width + e]);
+    metadata.insert(metadata.end(), {-5, int64_t{1} << 40, 7});
+  };
+  add_row(gpu_rows.keys, gpu_rows.values, gpu_rows.slots, gpu_rows.metadata, 0);
+  const auto at =
+      std::find(cpu_rows.keys.begin(), cpu_rows.keys.end(), static_cast<int64_t>(gpu_rows.keys[0]));
+  add_row(cpu_rows.keys, cpu_rows.values, cpu_rows.slots, cpu_rows.metadata,
+          at - cpu_rows.keys.begin());
+
+  TablePair restored(config, 64);
+  const std::vector<uint64_t> cpu_keys(cpu_rows.keys.begin(), cpu_rows.keys.end());
+  restored.cpu().Import(cpu_keys.data(), cpu_keys.size(), cpu_rows.values.data(),
+                        cpu_rows.slots.data(), cpu_rows.metadata.data(), SerialParallelFor());
+  DeviceArray<uint64_t> d_keys(gpu_rows.keys);
+  DeviceArray<float> d_values(gpu_rows.values), d_slots(gpu_rows.slots);
+  DeviceArray<int64_t> d_metadata(gpu_rows.metadata);
+  ExpectOk(restored.gpu().Import(restored.stream(), d_keys.get(), gpu_rows.keys.size(),
+                                 d_values.get(), d_slots.get(), d_metadata.get()),
+           "import");
+  restored.cpu().SetApplyCalls(t.cpu().ApplyCalls());
+  ExpectOk(restored.gpu().SetApplyCalls(restored.stream(), t.cpu().ApplyCalls()), "set the clock");
+  restored.ExpectSameState("imported from chunked exports");
+
+  DeviceArray<uint64_t> out_keys(10);
+  DeviceArray<float> out_values(10 * dim), out_slots(10 * std::max(width, 1));
+  DeviceArray<int64_t> out_metadata(30);
+  const RowBuffers out{out_keys.get(), out_values.get(), out_slots.get(), out_metadata.get()};
+  int64_t rows = 0, next = 0;
+  ExpectOk(t.gpu().Export(t.stream(), 0, 10, out, &rows, &next), "first chunk");
+  ExpectOk(t.gpu().Reserve(t.stream(), t.gpu().capacity()), "reserve past the capacity: a rebuild");
+  ExpectError(t.gpu().Export(t.stream(), next, 10, out, &rows, &next),
+              StatusCode::kFailedPrecondition, "GpuTable::Export", "start the export again",
+              "a cursor from before a rebuild is refused");
+  t.ExpectSameState("after the rebuild");
+}
+
+// The clock: SetApplyCalls, negative steps, empty applies, refused non-finite gradients
+// (nothing changes, the clock neither), steps beyond 32 bits.
+void TestClockAndRefusals(const TableConfig& config) {
+  current_case = "clock and refusals";
+  TablePair t(config, 64);
+  std::mt19937_64 rng(9);
+  const std::vector<uint64_t> keys = Batch(rng, 100 * scale, false);
+  t.FindOrInsert(keys);
+  t.cpu().SetApplyCalls(41);
+  ExpectOk(t.gpu().SetApplyCalls(t.stream(), 41), "set the clock");
+  ApplyNormal(t, rng, keys, -1);
+  t.Apply({}, {}, -1);
+  t.ExpectSameState("after clock steps");
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> grads = Normal(rng, keys.size() * config.dim);
+    grads[rng() % grads.size()] = bad;
+    std::vector<uint64_t> with_new = keys;
+    with_new.back() = rng();  // an absent key: must not be inserted
+    Expect(!t.Apply(with_new, grads, -1), "a non-finite gradient refuses the apply");
+    t.ExpectSameState("after a refused apply");
+  }
+  ApplyNormal(t, rng, keys, int64_t{5} << 32);
+  ApplyNormal(t, rng, keys, -7, 0.0f);
+  t.ExpectSameState("after a step beyond 32 bits and a zero learning rate");
+}
+
+void TestClear(const TableConfig& config) {
+  current_case = "clear";
+  TablePair t(config, 64);
+  std::mt19937_64 rng(13);
+  for (bool keep_memory : {false, true}) {
+    const std::vector<uint64_t> keys = Populate(t, rng, 300 * scale, false, -1);
+    const int64_t grown = t.gpu().capacity();
+    t.cpu().Clear(keep_memory);
+    ExpectOk(t.gpu().Clear(t.stream(), keep_memory), "clear");
+    Expect(t.gpu().capacity() == (keep_memory ? grown : 64), "clear keeps memory only when asked");
+    t.ExpectSameState("after clear");
+    t.FindOrInsert(keys);
+    t.ExpectSameState("refilled after clear");
+  }
+}
+
+// Several host threads, each with its own stream, call one GPU table at once; the CPU
+// table then runs the same calls one after another. Gradients and the learning rate are
+// powers of two with zero initial values, so SGD sums exactly in any order.
+void TestConcurrentCallers() {
+  current_case = "concurrent callers";
+  TableConfig config = Config(OptimizerKind::kSgd, InitializerKind::kZeros, 4);
+  config.optimizer.learning_rate = 0.5f;
+  TablePair t(config, 64);
+  constexpr int kThreads = 4, kRounds = 6;
+  struct Calls {
+    std::vector<std::vector<uint64_t>> keys;
+    std::vector<std::vector<float>> grads;
+  };
+  std::vector<Calls> calls(kThreads);
+  std::mt19937_64 rng(17);
+  for (Calls& c : calls) {
+    for (int r = 0; r < kRounds; ++r) {
+      c.keys.push_back(Batch(rng, 100 * scale, true, 3000));
+      std::vector<float> grads(c.keys.back().size() * config.dim);
+      for (float& g : grads) g = static_cast<float>(static_cast<int>(rng() % 129) - 64) / 64.0f;
+      c.grads.push_back(grads);
     }
   }
-  Check(gpu.capacity() > 1024 * 64, "grew past the initial capacity", name);
-  std::vector<float> bad(dim, 1.0f);
-  bad[dim - 1] = NAN;
-  const std::vector<uint64_t> one = {42};
-  uint64_t* d_one = ToDevice(one);
-  float* d_bad = ToDevice(bad);
-  Check(!gpu.ApplyGradients(d_one, 1, d_bad, 9), "NaN gradient rejected", name);
-  const int64_t size = gpu.Size();
-  uint64_t* d_all_keys;
-  float *d_all_values, *d_all_slots;
-  const int slot_width = dim * tfps::NumSlots(opt);
-  cudaMalloc(&d_all_keys, size * sizeof(uint64_t));
-  cudaMalloc(&d_all_values, size * dim * sizeof(float));
-  cudaMalloc(&d_all_slots, std::max(1, static_cast<int>(size * slot_width)) * sizeof(float));
-  Check(gpu.Export(d_all_keys, d_all_values, d_all_slots) == cpu.Size(), "export size", name);
-  cudaStreamSynchronize(stream);
-  const std::vector<uint64_t> exported = ToHost(d_all_keys, size);
-  const std::vector<float> slots = ToHost(d_all_slots, size * slot_width);
-  bool slots_match = true;
-  for (int64_t i = 0; i < size; i += 97) {
-    std::vector<float> v, s;
-    int64_t meta[tfps::kNumMetadata];
-    slots_match &= cpu.DebugRow(exported[i], &v, &s, meta) &&
-                   SameRows(s, std::vector<float>(slots.begin() + i * slot_width,
-                                                  slots.begin() + (i + 1) * slot_width), ulp);
+  std::vector<std::thread> threads;
+  std::vector<int> ok(kThreads, 1);
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      cudaStream_t stream;
+      cudaStreamCreate(&stream);
+      for (int r = 0; r < kRounds; ++r) {
+        const std::vector<uint64_t>& keys = calls[i].keys[r];
+        DeviceArray<uint64_t> d_keys(keys);
+        DeviceArray<float> d_grads(calls[i].grads[r]), values(keys.size() * config.dim);
+        DeviceArray<int64_t> occurrences(std::vector<int64_t>(keys.size(), i + 1));
+        ok[i] &=
+            t.gpu()
+                .FindOrInsert(stream, d_keys.get(), keys.size(), values.get(), occurrences.get())
+                .ok();
+        ok[i] &= t.gpu().ApplyGradients(stream, d_keys.get(), keys.size(), d_grads.get(), 7).ok();
+        ok[i] &= t.gpu().Find(stream, d_keys.get(), keys.size(), values.get(), nullptr).ok();
+      }
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    });
   }
-  Check(slots_match, "exported keys and optimizer slots", name);
-  cudaFree(d_one);
-  cudaFree(d_bad);
-  cudaFree(d_all_keys);
-  cudaFree(d_all_values);
-  cudaFree(d_all_slots);
+  for (auto& th : threads) th.join();
+  Expect(std::count(ok.begin(), ok.end(), 1) == kThreads, "every concurrent call succeeded");
+  std::vector<float> values;
+  for (int i = 0; i < kThreads; ++i) {
+    for (int r = 0; r < kRounds; ++r) {
+      const std::vector<uint64_t>& keys = calls[i].keys[r];
+      values.resize(keys.size() * config.dim);
+      t.cpu().FindOrInsert(keys.data(), keys.size(), values.data(), SerialParallelFor(),
+                           std::vector<int64_t>(keys.size(), i + 1).data());
+      t.cpu().ApplyGradients(keys.data(), keys.size(), calls[i].grads[r].data(), 7,
+                             SerialParallelFor());
+    }
+  }
+  t.ExpectSameState("after concurrent calls");
+}
+
+void TestErrors() {
+  current_case = "errors";
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  std::unique_ptr<GpuTable> table;
+  GpuTableConfig bad;
+  bad.dim = 0;
+  ExpectError(GpuTable::Create(bad, stream, &table), StatusCode::kInvalidArgument,
+              "GpuTable::Create", "got 0", "dim 0 is refused");
+  bad.dim = 8;
+  bad.max_load = 1.5f;
+  ExpectError(GpuTable::Create(bad, stream, &table), StatusCode::kInvalidArgument,
+              "GpuTable::Create", "max_load", "max_load 1.5 is refused");
   cudaStreamDestroy(stream);
+
+  TablePair t(Config(OptimizerKind::kAdagrad, InitializerKind::kUniform, 8), 64);
+  std::mt19937_64 rng(19);
+  const std::vector<uint64_t> keys = Batch(rng, 200, false);
+  t.FindOrInsert(keys);
+  DeviceArray<uint64_t> d_keys(keys);
+  DeviceArray<float> values(keys.size() * 8);
+  ExpectError(t.gpu().Find(t.stream(), d_keys.get(), -1, values.get(), nullptr),
+              StatusCode::kInvalidArgument, "GpuTable::Find", "got -1", "a negative n is refused");
+  ExpectError(t.gpu().FindOrInsert(t.stream(), nullptr, 3, values.get()),
+              StatusCode::kInvalidArgument, "GpuTable::FindOrInsert", "keys is null",
+              "null keys are refused");
+  int64_t rows, next;
+  ExpectError(t.gpu().Export(t.stream(), 0, -2, RowBuffers{}, &rows, &next),
+              StatusCode::kInvalidArgument, "GpuTable::Export",
+              "max_rows must be in [0, 2147483647], got -2", "a negative max_rows is refused");
+  ExpectError(t.gpu().Reserve(t.stream(), int64_t{1} << 34), StatusCode::kResourceExhausted,
+              "GpuTable::Reserve", "bytes of device memory",
+              "an allocation beyond the device's memory fails as a status");
+  t.ExpectSameState("after the failed reserve");
+#if TFPS_GPU_EMULATED
+  const std::vector<uint64_t> more = Batch(rng, 5000, false);
+  DeviceArray<uint64_t> d_more(more);
+  DeviceArray<float> more_values(more.size() * 8);
+  emulation::SetDeviceMemoryLimit(emulation::DeviceBytesInUse() + 1000);
+  ExpectError(t.gpu().FindOrInsert(t.stream(), d_more.get(), more.size(), more_values.get()),
+              StatusCode::kResourceExhausted, "GpuTable::FindOrInsert", "out of memory",
+              "growth without memory fails as a status");
+  emulation::SetDeviceMemoryLimit(size_t{1} << 30);
+  t.ExpectSameState("after the failed growth");
+  t.FindOrInsert(more);
+  t.ExpectSameState("after growing once memory is back");
+  emulation::FailLaunchAfter(2);
+  ExpectError(t.gpu().FindOrInsert(t.stream(), d_keys.get(), keys.size(), values.get()),
+              StatusCode::kInternal, "GpuTable::FindOrInsert", "launching",
+              "a failed launch comes back as a status");
+  emulation::FailLaunchAfter(-1);
+#endif
 }
 
 }  // namespace
+}  // namespace harness
+}  // namespace gpu
+}  // namespace tfps
 
-int main() {
+int main(int argc, char** argv) {
+  using namespace tfps;
+  using namespace tfps::gpu::harness;
+  if (argc > 1 && std::strcmp(argv[1], "--quick") == 0) scale = 1;
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("no CUDA device\n0 passed, 1 failed\n");
     return 1;
   }
-  using tfps::InitializerKind;
-  using tfps::OptimizerKind;
-  RunCase("sgd uniform dim 8 random", OptimizerKind::kSgd, InitializerKind::kUniform, 8, false);
-  RunCase("adagrad uniform dim 64 power-law", OptimizerKind::kAdagrad, InitializerKind::kUniform, 64, true);
-  RunCase("adagrad truncated-normal dim 8 power-law", OptimizerKind::kAdagrad,
-          InitializerKind::kTruncatedNormal, 8, true);
-  RunCase("sgd zeros dim 16 random", OptimizerKind::kSgd, InitializerKind::kZeros, 16, false);
+#if TFPS_GPU_EMULATED
+  gpu::emulation::SetDeviceMemoryLimit(size_t{1}
+                                       << 30);  // a failing huge allocation must not reach the OS
+#endif
+  using O = OptimizerKind;
+  using I = InitializerKind;
+  TableConfig ftrl = Config(O::kFtrl, I::kUniform, 3);  // odd dim: scalar copies
+  TableConfig ftrl_power = Config(O::kFtrl, I::kZeros, 16);
+  ftrl_power.optimizer.lr_power = -0.3f;
+  ftrl_power.optimizer.l1 = 0.01f;
+  ftrl_power.optimizer.l2 = 0.02f;
+  TestOperationsMatch("sgd uniform dim 8 random", Config(O::kSgd, I::kUniform, 8), false);
+  TestOperationsMatch("adagrad uniform dim 64 power-law", Config(O::kAdagrad, I::kUniform, 64),
+                      true);
+  TestOperationsMatch("adam truncated-normal dim 8 power-law",
+                      Config(O::kAdam, I::kTruncatedNormal, 8), true);
+  TestOperationsMatch("ftrl uniform dim 3 random", ftrl, false);
+  TestOperationsMatch("ftrl lr_power -0.3 l1 l2 zeros dim 16 power-law", ftrl_power, true);
+  for (O o : {O::kSgd, O::kAdagrad, O::kAdam, O::kFtrl}) {
+    TestHeavilyRepeatedKeys("repeated keys, optimizer " + std::to_string(static_cast<int>(o)),
+                            Config(o, I::kUniform, 6));
+  }
+  TestHeavilyRepeatedKeys("repeated keys, ftrl lr_power -0.3", ftrl_power);
+  TestRemoveAndReinsert(Config(O::kAdam, I::kUniform, 8));
+  TestInsertExportImport(Config(O::kFtrl, I::kTruncatedNormal, 4));
+  TestInsertExportImport(Config(O::kSgd, I::kUniform, 5));
+  TestClockAndRefusals(Config(O::kAdam, I::kUniform, 4));
+  TestClear(Config(O::kAdagrad, I::kUniform, 8));
+  TestConcurrentCallers();
+  TestErrors();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }
