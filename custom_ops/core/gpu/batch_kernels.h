@@ -84,7 +84,8 @@ TFPS_DEVICE bool IsRepresentative(const BatchView& b, int64_t i) {
 // What a claim writes into the metadata of its row.
 struct ClaimMetadata {
   bool add_occurrences;     // find_or_insert: count += the representative's accumulator
-  const int64_t* imported;  // import: [n, 3] metadata, row = the accumulator (last occurrence)
+  const int64_t* imported;  // import: [n, kMetadataColumns], row = the accumulator (last occurrence)
+  const int64_t* clock;     // find_or_insert: a key that occurred was last seen at the clock
 };
 
 // Finds or inserts each representative's key. A fresh row gets zero metadata; its value
@@ -104,9 +105,12 @@ __global__ void ClaimKernel(TableView t, const uint64_t* keys, int64_t n, BatchV
     t.last_steps[c.slot] = 0;
     if (t.opt_steps != nullptr) t.opt_steps[c.slot] = 0;
   }
-  if (meta.add_occurrences) t.counts[c.slot] = SaturatingAdd(t.counts[c.slot], b.acc[i]);
+  if (meta.add_occurrences) {
+    t.counts[c.slot] = SaturatingAdd(t.counts[c.slot], b.acc[i]);
+    if (b.acc[i] > 0 && meta.clock != nullptr) t.last_steps[c.slot] = ClampU32(*meta.clock);
+  }
   if (meta.imported != nullptr) {
-    const int64_t* m = meta.imported + b.acc[i] * 3;
+    const int64_t* m = meta.imported + b.acc[i] * kMetadataColumns;
     t.counts[c.slot] = ClampU32(m[0]);
     t.last_steps[c.slot] = ClampU32(m[1]);
     if (t.opt_steps != nullptr) t.opt_steps[c.slot] = ClampU32(m[2]);

@@ -13,8 +13,11 @@ CXX_FLAGS=(-std=c++17 -O3 -pthread -ffp-contract=off -I.)
 "$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/gpu_table.cu.cc -o "$OUT/gpu_table.o"
 "$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/tests/gpu_table_harness.cu.cc -o "$OUT/harness.o"
 "$NVCC" "${CU_FLAGS[@]}" -x cu -c benchmarks/gpu_table.cu.cc -o "$OUT/benchmark.o"
-g++ "${CXX_FLAGS[@]}" -c custom_ops/core/table.cc -o "$OUT/table.o"
-g++ "${CXX_FLAGS[@]}" -c custom_ops/core/memory.cc -o "$OUT/memory.o"
-"$NVCC" -arch="$ARCH" "$OUT/harness.o" "$OUT/gpu_table.o" "$OUT/table.o" "$OUT/memory.o" -o "$OUT/gpu_table_harness" -lpthread
+CORE=()
+for source in custom_ops/core/*.cc; do  # the CPU table the harness compares against
+  g++ "${CXX_FLAGS[@]}" -c "$source" -o "$OUT/$(basename "$source" .cc).o"
+  CORE+=("$OUT/$(basename "$source" .cc).o")
+done
+"$NVCC" -arch="$ARCH" "$OUT/harness.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_harness" -lpthread
 "$NVCC" -arch="$ARCH" "$OUT/benchmark.o" "$OUT/gpu_table.o" -o "$OUT/gpu_table_benchmark"
 echo "built $OUT/gpu_table_harness and $OUT/gpu_table_benchmark"

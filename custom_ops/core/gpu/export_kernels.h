@@ -59,8 +59,8 @@ __global__ void PickRowsKernel(TableView t, SlotRange range, int64_t tiles,
   }
 }
 
-// values [rows, dim], slots [rows, num_slots, dim], metadata [rows, 3] (count, last step,
-// optimizer step) of the picked slots.
+// values [rows, dim], slots [rows, num_slots, dim], metadata [rows, kMetadataColumns]
+// (count, last step, optimizer step, score: 0, the GPU table keeping none) of the picked slots.
 __global__ void ExportRowsKernel(TableView t, int64_t rows, const uint64_t* picked, float* values,
                                  float* slots, int64_t* metadata) {
   const int64_t g = GlobalThread();
@@ -73,9 +73,11 @@ __global__ void ExportRowsKernel(TableView t, int64_t rows, const uint64_t* pick
     slots[(row * t.num_slots + s) * t.dim + e] = t.slots[(slot * t.dim + e) * t.num_slots + s];
   }
   if (e == 0) {
-    metadata[row * 3 + 0] = t.counts[slot];
-    metadata[row * 3 + 1] = t.last_steps[slot];
-    metadata[row * 3 + 2] = t.opt_steps != nullptr ? t.opt_steps[slot] : 0;
+    int64_t* m = metadata + row * kMetadataColumns;
+    m[0] = t.counts[slot];
+    m[1] = t.last_steps[slot];
+    m[2] = t.opt_steps != nullptr ? t.opt_steps[slot] : 0;
+    m[3] = 0;
   }
 }
 

@@ -305,7 +305,7 @@ Status GpuTable::FindOrInsert(cudaStream_t stream, const uint64_t* keys, int64_t
   return Call(kOp, stream, [&]() -> Status {
     BatchView b;
     TFPS_GPU_RETURN_IF_ERROR(GroupAndClaim(kOp, stream, keys, n, GroupFold::kOccurrences,
-                                           occurrences, ClaimMetadata{true, nullptr}, nullptr, &b));
+                                           occurrences, ClaimMetadata{true, nullptr, clock_}, nullptr, &b));
     return LaunchRowsOut(kOp, stream, keys, n, b, values, nullptr);
   });
 }
@@ -327,7 +327,7 @@ Status GpuTable::ApplyGradients(cudaStream_t stream, const uint64_t* keys, int64
     if (n > 0) {
       BatchView b;
       TFPS_GPU_RETURN_IF_ERROR(GroupAndClaim(kOp, stream, keys, n, GroupFold::kCount, nullptr,
-                                             ClaimMetadata{false, nullptr}, refused_, &b));
+                                             ClaimMetadata{false, nullptr, nullptr}, refused_, &b));
       TFPS_RETURN_IF_CUDA_ERROR(kOp, "clearing the occurrence list",
                                 cudaMemsetAsync(b.listed, 0, sizeof(*b.listed), stream));
       TFPS_GPU_RETURN_IF_ERROR(TFPS_LAUNCH(kOp, ListSegmentKernel, n, stream, n, b));
@@ -370,7 +370,7 @@ Status GpuTable::WriteRows(const char* op, cudaStream_t stream, const uint64_t* 
   return Call(op, stream, [&]() -> Status {
     BatchView b;
     TFPS_GPU_RETURN_IF_ERROR(GroupAndClaim(op, stream, keys, n, GroupFold::kLast, nullptr,
-                                           ClaimMetadata{false, metadata}, nullptr, &b));
+                                           ClaimMetadata{false, metadata, nullptr}, nullptr, &b));
     return TFPS_LAUNCH(op, WriteRowsKernel, n * config_.dim, stream, View(), config_.optimizer, n,
                        b, values, metadata != nullptr ? slots : nullptr);
   });

@@ -62,9 +62,13 @@ struct GpuTableConfig {
   float max_load = 0.8f;            // keys + tombstones past this share of slots rebuild
 };
 
+// Metadata columns per row, as the CPU table's (table.h MetadataColumn): count, last step,
+// optimizer step, and the eviction score, which the GPU table keeps none of (0).
+constexpr int kMetadataColumns = 4;
+
 // Device buffers with room for max_rows rows, in the CPU table's ExportChunk layout:
-// keys [rows], values [rows, dim], slots [rows, num_slots, dim], metadata [rows, 3]
-// (count, last step, optimizer step). slots may be null when the optimizer has none.
+// keys [rows], values [rows, dim], slots [rows, num_slots, dim], metadata [rows,
+// kMetadataColumns]. slots may be null when the optimizer has none.
 struct RowBuffers {
   uint64_t* keys = nullptr;
   float* values = nullptr;
@@ -91,7 +95,8 @@ class GpuTable {
   Status Find(cudaStream_t stream, const uint64_t* keys, int64_t n, float* values, uint8_t* exists);
 
   // Like Find, but absent keys are inserted with their initial value and fresh slots. Each
-  // key's count grows by occurrences[i] (clamped at 0; 1 when occurrences is null).
+  // key's count grows by occurrences[i] (clamped at 0; 1 when occurrences is null), and a
+  // key that occurred records the clock as its last-seen step.
   Status FindOrInsert(cudaStream_t stream, const uint64_t* keys, int64_t n, float* values,
                       const int64_t* occurrences = nullptr);
 
@@ -110,8 +115,8 @@ class GpuTable {
   Status Insert(cudaStream_t stream, const uint64_t* keys, int64_t n, const float* values);
 
   // Sets value, slots and metadata of each key, in Export's layout (values [n, dim], slots
-  // [n, num_slots, dim], null when there are none, metadata [n, 3] clamped to [0,
-  // UINT32_MAX]). A repeated key takes its last row.
+  // [n, num_slots, dim], null when there are none, metadata [n, kMetadataColumns] clamped
+  // to [0, UINT32_MAX], the score ignored). A repeated key takes its last row.
   Status Import(cudaStream_t stream, const uint64_t* keys, int64_t n, const float* values,
                 const float* slots, const int64_t* metadata);
 

@@ -20,10 +20,13 @@ else
 fi
 EMULATED=(-DTFPS_GPU_EMULATION -Wall -Wextra -x c++)
 pids=()
-"$CXX" "${FLAGS[@]}" -c custom_ops/core/table.cc -o "$OUT/table.o" & pids+=($!)
-"$CXX" "${FLAGS[@]}" -c custom_ops/core/memory.cc -o "$OUT/memory.o" & pids+=($!)
+CORE=()
+for source in custom_ops/core/*.cc; do  # the CPU table the harness compares against
+  CORE+=("$OUT/$(basename "$source" .cc).o")
+  "$CXX" "${FLAGS[@]}" -c "$source" -o "${CORE[-1]}" & pids+=($!)
+done
 "$CXX" "${FLAGS[@]}" "${EMULATED[@]}" -c custom_ops/core/gpu/gpu_table.cu.cc -o "$OUT/gpu_table.o" & pids+=($!)
 "$CXX" "${FLAGS[@]}" "${EMULATED[@]}" -c custom_ops/core/gpu/tests/gpu_table_harness.cu.cc -o "$OUT/harness.o" & pids+=($!)
 for pid in "${pids[@]}"; do wait "$pid"; done
-"$CXX" "${FLAGS[@]}" "$OUT/harness.o" "$OUT/gpu_table.o" "$OUT/table.o" "$OUT/memory.o" -o "$OUT/gpu_table_harness"
+"$CXX" "${FLAGS[@]}" "$OUT/harness.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_harness"
 "$OUT/gpu_table_harness" "${RUN_ARGS[@]}"

@@ -174,7 +174,7 @@ void TestInsertExportImport(const TableConfig& config) {
     keys_out.push_back(keys_out[from]);
     for (int e = 0; e < dim; ++e) values.push_back(values[from * dim + e] + 1.0f);
     for (int e = 0; e < width; ++e) slots.push_back(slots[from * width + e]);
-    metadata.insert(metadata.end(), {-5, int64_t{1} << 40, 7});
+    metadata.insert(metadata.end(), {-5, int64_t{1} << 40, 7, 0});
   };
   add_row(gpu_rows.keys, gpu_rows.values, gpu_rows.slots, gpu_rows.metadata, 0);
   const auto at =
@@ -198,7 +198,7 @@ void TestInsertExportImport(const TableConfig& config) {
 
   DeviceArray<uint64_t> out_keys(10);
   DeviceArray<float> out_values(10 * dim), out_slots(10 * std::max(width, 1));
-  DeviceArray<int64_t> out_metadata(30);
+  DeviceArray<int64_t> out_metadata(10 * kMetadataColumns);
   const RowBuffers out{out_keys.get(), out_values.get(), out_slots.get(), out_metadata.get()};
   int64_t rows = 0, next = 0;
   ExpectOk(t.gpu().Export(t.stream(), 0, 10, out, &rows, &next), "first chunk");

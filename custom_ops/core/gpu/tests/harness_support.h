@@ -123,8 +123,8 @@ inline Rows SortedByKey(const Rows& rows, int dim, int num_slots) {
                          rows.values.begin() + (i + 1) * dim);
     sorted.slots.insert(sorted.slots.end(), rows.slots.begin() + i * width,
                         rows.slots.begin() + (i + 1) * width);
-    sorted.metadata.insert(sorted.metadata.end(), rows.metadata.begin() + i * 3,
-                           rows.metadata.begin() + (i + 1) * 3);
+    sorted.metadata.insert(sorted.metadata.end(), rows.metadata.begin() + i * kMetadataColumns,
+                           rows.metadata.begin() + (i + 1) * kMetadataColumns);
   }
   return sorted;
 }
@@ -149,7 +149,7 @@ inline Rows GpuRowsInSlotOrder(GpuTable& table, cudaStream_t stream, std::mt1993
     const int64_t chunk = static_cast<int64_t>(rng() % (max_chunk + 1));  // 0-row chunks too
     DeviceArray<uint64_t> keys(chunk);
     DeviceArray<float> values(chunk * dim), slots(chunk * width);
-    DeviceArray<int64_t> metadata(chunk * 3);
+    DeviceArray<int64_t> metadata(chunk * kMetadataColumns);
     int64_t got = 0, next = -1;
     if (!ExpectOk(table.Export(stream, cursor, chunk,
                                RowBuffers{keys.get(), values.get(), slots.get(), metadata.get()},
@@ -163,7 +163,7 @@ inline Rows GpuRowsInSlotOrder(GpuTable& table, cudaStream_t stream, std::mt1993
     append(rows.keys, keys.ToHost(), 1);
     append(rows.values, values.ToHost(), dim);
     append(rows.slots, slots.ToHost(), width);
-    append(rows.metadata, metadata.ToHost(), 3);
+    append(rows.metadata, metadata.ToHost(), kMetadataColumns);
     if (next != -1 && !Expect(got == chunk, "a chunk that is not the last is full")) return Rows();
     cursor = next;
   } while (cursor != -1);
@@ -285,7 +285,7 @@ class TablePair {
     SameFloats(expected.slots, got.slots, Values::kTrained, initial_ulp_,
                when + ": optimizer slots");
     Expect(got.metadata == expected.metadata,
-           when + ": metadata (count, last step, optimizer step)");
+           when + ": metadata (count, last step, optimizer step, score)");
     int64_t size = -1, calls = -1;
     ExpectOk(gpu_->Size(stream_, &size), "size");
     ExpectOk(gpu_->ApplyCalls(stream_, &calls), "apply calls");
