@@ -34,12 +34,14 @@ def data():
 
 
 def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=None, clip_row_norm=None,
-                 l2=0.0):
+                 l2=0.0, min_count=None):
     """Rows, slots and per-row step counts after STEPS of: prediction = (sum of the row of
     each field's ID) . kernel + bias, loss = mean squared error (+ l2 * the squared norm of
     each distinct row the step looks up), the table optimizer on rows (at learning rate
     table_lr_at(step), if given; each row's gradient clipped to clip_row_norm, if given) and
-    SGD on kernel and bias. Float64."""
+    SGD on kernel and bias. Float64. With min_count, an ID has a row only from the step its
+    occurrences so far reach min_count; before, it reads zeros and gets no gradient (rows,
+    slots and steps then hold just the admitted IDs)."""
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
     row_optimizer = RowOptimizer(optimizer_name, DIM, hp.pop("lr"), **hp)
@@ -49,14 +51,21 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=No
     slots = {k: row_optimizer.initial_slots() for k in rows}
     steps = {k: 0 for k in rows}
     kernel, bias = kernel.astype(np.float64).copy(), float(bias)
+    occurred = {k: 0 for k in rows}
+    admitted = set(rows) if min_count is None else set()
     for step, (batch_ids, y) in enumerate(zip(ids, labels)):
         row_optimizer.lr = table_lr_at(step) if table_lr_at is not None else fixed_lr
-        summed = np.stack([sum(rows[int(k)] for k in example) for example in batch_ids])
+        for k in batch_ids.reshape(-1):
+            occurred[int(k)] += 1
+        admitted |= {k for k, n in occurred.items() if min_count is not None and n >= min_count}
+        row = {k: rows[k] if k in admitted else np.zeros(DIM) for k in rows}
+        summed = np.stack([sum(row[int(k)] for k in example) for example in batch_ids])
         residual = 2.0 * (summed @ kernel + bias - y) / len(y)
         row_gradients = {}
         for example, r in zip(batch_ids, residual):
             for k in example:
-                row_gradients[int(k)] = row_gradients.get(int(k), 0.0) + r * kernel
+                if int(k) in admitted:
+                    row_gradients[int(k)] = row_gradients.get(int(k), 0.0) + r * kernel
         for k in row_gradients:
             row_gradients[k] = row_gradients[k] + 2.0 * l2 * rows[k]
             norm = np.linalg.norm(row_gradients[k])
@@ -67,7 +76,8 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=No
             rows[k], slots[k] = row_optimizer.apply(rows[k], slots[k], g, steps[k])
         kernel -= HEAD_LR * (summed.T @ residual)
         bias -= HEAD_LR * residual.sum()
-    return rows, slots, steps, kernel
+    keep = lambda d: {k: v for k, v in d.items() if k in admitted}  # noqa: E731
+    return keep(rows), keep(slots), keep(steps), kernel
 
 
 def build_model(optimizer_name, table_optimizer=None, **layer_args):

@@ -23,9 +23,10 @@ class TableRows(collections.namedtuple("TableRows", ["keys", "values", "slots", 
     keys: int64 [n]. values: float32 [n, dim]. slots: float32 [n, num_slots, dim].
     metadata: int64 [n, 4], columns (occurrence count: how often training looked the key
     up, each occurrence in a batch counting; last-seen step of the table's clock; optimizer
-    step; the DecayedFrequency score as the bits of a float32, 0 without that policy:
-    `scores` reads it). Rows exported before scores existed have 3 columns; import_rows
-    takes both.
+    step; the DecayedFrequency score as of the last-seen step, as the bits of a float32, 0
+    without that policy: `scores` reads it; at clock c it has decayed to score *
+    decay^(c - last-seen step)). Rows exported before scores existed have 3 columns;
+    import_rows takes both.
     """
 
     __slots__ = ()

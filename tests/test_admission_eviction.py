@@ -1,0 +1,278 @@
+"""Admission, eviction and the row cap, through the layer and the table API: rows against a
+NumPy oracle of training under MinCount in every execution mode, Probability admission
+against a reference of its per-occurrence draw, TTL and DecayedFrequency against the clock,
+caps split over shards, statistics, the state in checkpoints, and running out of memory."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+from tests import reference
+from tests.test_sparse_updates import (BATCH, DIM, FIELDS, KERAS_SGD, MODES, STEPS, VOCAB, build_model,
+                                       numpy_oracle, train)
+from tfps.sharded_table import ShardedTable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIN_COUNT = 15
+
+
+def skewed_data(seed=7):
+    """IDs drawn with weight 1 / (rank + 1): some reach MIN_COUNT in the first batch, some
+    late, some never."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, len(VOCAB) + 1)
+    ids = rng.choice(VOCAB, size=(STEPS, BATCH, FIELDS), p=weights / weights.sum())
+    return ids, rng.normal(size=(STEPS, BATCH)).astype(np.float32)
+
+
+def phased_data():
+    """The first half of the batches hold the first half of VOCAB, the second the rest."""
+    rng = np.random.default_rng(3)
+    half = STEPS // 2
+    ids = np.concatenate([rng.choice(VOCAB[:6], size=(half, BATCH, FIELDS)),
+                          rng.choice(VOCAB[6:], size=(STEPS - half, BATCH, FIELDS))])
+    return ids, rng.normal(size=(STEPS, BATCH)).astype(np.float32)
+
+
+def sorted_export(table):
+    rows = table.export()
+    order = np.argsort(rows.keys.numpy())
+    return {"keys": rows.keys.numpy()[order], "values": rows.values.numpy()[order],
+            "slots": rows.slots.numpy()[order], "metadata": rows.metadata.numpy()[order],
+            "scores": rows.scores.numpy()[order]}
+
+
+def last_batch(ids, key):
+    """The table's clock at the apply of the last batch that holds `key`."""
+    return 1 + max(i for i, batch in enumerate(ids) if key in batch)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_min_count_gives_an_id_its_row_at_its_nth_occurrence_in_every_mode(mode):
+    ids, labels = skewed_data()
+    model, layer, head = build_model("adagrad", admission=tfps.admission.MinCount(MIN_COUNT, sketch_bytes=0))
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD["current"](), ids, labels)
+    rows, slots, _, kernel = numpy_oracle("adagrad", ids, labels, kernel0, 0.0, layer.seed,
+                                          min_count=MIN_COUNT)
+    totals = {int(k): int((ids == k).sum()) for k in VOCAB}
+    assert 0 < len(rows) < len(VOCAB)  # the data leaves some IDs out: the test can tell
+    got = sorted_export(layer.table)
+    assert got["keys"].tolist() == sorted(rows)
+    np.testing.assert_allclose(got["values"], np.stack([rows[k] for k in sorted(rows)]), rtol=2e-4, atol=2e-6)
+    np.testing.assert_allclose(got["slots"], np.stack([slots[k] for k in sorted(rows)]), rtol=2e-4, atol=2e-6)
+    # A row's count holds every occurrence, those before its admission too.
+    np.testing.assert_array_equal(got["metadata"][:, 0], [totals[k] for k in sorted(rows)])
+    np.testing.assert_array_equal(got["metadata"][:, 1], [last_batch(ids, k) for k in sorted(rows)])
+    np.testing.assert_allclose(head.kernel.numpy()[:, 0], kernel, rtol=2e-4, atol=2e-6)
+    stats = layer.table.stats()
+    never = [k for k in totals if k not in rows]
+    assert stats["admitted"] == len(rows) and stats["pending"] == len(never)
+    # Rejected: the occurrences looked up in the batches before a key's admitting one.
+    rejected, seen = 0, dict.fromkeys(totals, 0)
+    for batch in ids:
+        for k in totals:
+            n = int((batch == k).sum())
+            seen[k] += n
+            rejected += n if seen[k] < MIN_COUNT else 0
+    assert stats["rejected"] == rejected
+
+
+def test_an_id_not_yet_admitted_reads_as_unseen_says():
+    for unseen in ("zeros", "initial"):
+        layer = tfps.keras_layers.DynamicEmbedding(DIM, seed=5, unseen=unseen,
+                                                   admission=tfps.admission.MinCount(2, sketch_bytes=0))
+        first = layer(tf.constant([7, 8, 8], tf.int64), training=True).numpy()
+        initial = [reference.initial_row(k, DIM, 5, "uniform", -0.05, 0.05) for k in (7, 8, 8)]
+        expected = np.zeros_like(first) if unseen == "zeros" else np.stack(initial)
+        np.testing.assert_array_equal(first[0], expected[0])  # one occurrence: pending
+        np.testing.assert_array_equal(first[1:], np.stack(initial[1:]))  # two: admitted
+        assert layer.table.export().keys.numpy().tolist() == [8]
+
+
+def draws_admission(seed, key, index, p):
+    """The per-occurrence draw of Probability admission, from its definition."""
+    bits = reference.random_bits((seed ^ 0x61646D6974) & ((1 << 64) - 1), key & ((1 << 64) - 1), index)
+    return (bits >> 11) * 2.0 ** -53 < p
+
+
+@pytest.mark.parametrize("batch_size", [8, 24])
+def test_probability_admission_follows_each_occurrences_draw_whatever_the_batching(batch_size):
+    ids, labels = skewed_data(seed=11)
+    model, layer, _ = build_model("sgd", admission=tfps.admission.Probability(0.05, sketch_bytes=0))
+    model.compile(optimizer=KERAS_SGD["current"](), loss="mse")
+    model.fit(ids.reshape(-1, FIELDS), labels.reshape(-1), batch_size=batch_size, shuffle=False, verbose=0)
+    totals = {int(k): int((ids == k).sum()) for k in VOCAB}
+    expected = sorted(k for k, n in totals.items() if any(draws_admission(layer.seed, k, i, 0.05) for i in range(n)))
+    assert 0 < len(expected) < len(VOCAB)
+    assert sorted(layer.table.export().keys.numpy().tolist()) == expected
+
+
+def test_ttl_removes_the_ids_unseen_for_longer_than_its_steps():
+    ids, labels = phased_data()
+    model, layer, _ = build_model("sgd", eviction=tfps.eviction.TTL(steps=3))
+    train("fit_spe10", model, KERAS_SGD["current"](), ids, labels)
+    layer.table.evict()
+    got = sorted_export(layer.table)
+    keep = sorted(int(k) for k in VOCAB if (ids == k).any() and STEPS - last_batch(ids, int(k)) <= 3)
+    assert got["keys"].tolist() == keep and len(keep) < len(set(ids.reshape(-1).tolist()))
+    np.testing.assert_array_equal(got["metadata"][:, 1], [last_batch(ids, k) for k in keep])
+    assert layer.table.stats()["evicted"] == len(set(ids.reshape(-1).tolist())) - len(keep)
+
+
+def test_decayed_frequency_scores_decay_per_step_and_low_scores_go():
+    ids, labels = phased_data()
+    decay, threshold = 0.5, 0.5
+    model, layer, _ = build_model("sgd", eviction=tfps.eviction.DecayedFrequency(decay, threshold))
+    train("fit", model, KERAS_SGD["current"](), ids, labels)
+    # Occurrences looked up at clock b (batch b) have decayed to the clock at the end.
+    scores = {int(k): sum((batch == k).sum() * decay ** (STEPS - b) for b, batch in enumerate(ids)) for k in VOCAB}
+    layer.table.evict()
+    got = sorted_export(layer.table)
+    keep = sorted(k for k, s in scores.items() if s >= threshold)
+    assert got["keys"].tolist() == keep and 0 < len(keep) < len(VOCAB)
+    # A row holds its score as of its last-seen step; it decays from there to the clock.
+    now = got["scores"] * decay ** (STEPS - got["metadata"][:, 1])
+    np.testing.assert_allclose(now, [scores[k] for k in keep], rtol=1e-5)
+
+
+def test_a_row_cap_is_split_over_the_shards_and_keeps_the_recently_seen():
+    table = ShardedTable(2, optimizer="sgd", devices=["/CPU:0", "/CPU:0"], max_rows=201,
+                         eviction=tfps.eviction.LRU())
+    hot = np.arange(50, dtype=np.int64) * 7919
+    for batch in range(20):
+        table.find_or_insert(hot)
+        table.find_or_insert(np.arange(batch * 100, batch * 100 + 100, dtype=np.int64) + (1 << 40))
+        table.apply_gradients(hot[:1], np.zeros([1, 2], np.float32), step=-1)
+    assert sorted(table.shard_sizes()) == [100, 101]
+    assert table.find(hot, return_exists=True)[1].numpy().mean() >= 0.9
+    stats = table.stats()  # hot rows a sampled eviction took came back as new rows
+    assert stats["evicted"] == stats["admitted"] - 201 and stats["admitted"] >= 50 + 2000
+    with pytest.raises(ValueError, match="max_rows=1 is fewer than the table's 2 shards"):
+        ShardedTable(2, devices=["/CPU:0", "/CPU:0"], max_rows=1)
+
+
+def test_table_stats_callback_logs_admission_and_eviction():
+    ids, labels = skewed_data()
+    model, layer, _ = build_model("sgd", admission=tfps.admission.MinCount(MIN_COUNT),
+                                  eviction=tfps.eviction.TTL(steps=5))
+    model.compile(optimizer=KERAS_SGD["current"](), loss="mse")
+    history = model.fit(ids.reshape(-1, FIELDS), labels.reshape(-1), batch_size=BATCH, shuffle=False,
+                        verbose=0, callbacks=[tfps.callbacks.TableStats()]).history
+    stats = layer.table.stats()
+    for name in ("rows", "admitted", "pending", "rejected", "evicted"):
+        assert history[f"{layer.name}/{name}"] == [stats[name]]
+    assert stats["rejected"] > 0 and stats["pending"] > 0
+
+
+def fill(table, ids, occurrences):
+    return table.find_or_insert(tf.constant(ids, tf.int64), tf.constant(occurrences, tf.int64),
+                                return_admitted=True)[1].numpy()
+
+
+def test_checkpoints_carry_pending_counts_scores_and_counters_exactly_into_as_many_shards(tmp_path):
+    def make():
+        return ShardedTable(3, optimizer="adagrad", devices=["/CPU:0", "/CPU:0"], name="state",
+                            admission=tfps.admission.MinCount(6, sketch_bytes=0),
+                            eviction=tfps.eviction.DecayedFrequency(0.9, 0.01))
+    rng = np.random.default_rng(2)
+    keys = np.arange(400, dtype=np.int64) * 104729 - 5000
+    original = make()
+    for _ in range(3):
+        fill(original, keys, rng.integers(0, 3, len(keys)))
+        original.apply_gradients(keys[:50], np.ones([50, 3], np.float32), step=-1)
+    path = tf.train.Checkpoint(table=original).write(str(tmp_path / "ckpt"))
+    restored = make()
+    tf.train.Checkpoint(table=restored).read(path).assert_consumed()
+    a, b = sorted_export(original), sorted_export(restored)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    stats = lambda t: {k: v for k, v in t.stats().items() if k not in ("shards", "memory_bytes", "row_memory_bytes")}  # noqa: E731
+    assert stats(original) == stats(restored) and stats(original)["pending"] > 0
+    # Keys waiting for admission are admitted at the same occurrence either way.
+    more = rng.integers(0, 3, len(keys))
+    np.testing.assert_array_equal(fill(original, keys, more), fill(restored, keys, more))
+
+
+def test_a_sketch_restored_into_more_shards_never_admits_a_key_later(tmp_path):
+    admission = tfps.admission.MinCount(40, sketch_bytes=1 << 16)
+    original = ShardedTable(2, devices=["/CPU:0"] * 2, admission=admission, name="sketch")
+    keys = np.arange(3000, dtype=np.int64) * 15485863
+    counts = (np.random.default_rng(4).zipf(1.5, len(keys)) % 39).astype(np.int64)
+    fill(original, keys, counts)
+    path = tf.train.Checkpoint(table=original).write(str(tmp_path / "ckpt"))
+    resharded = ShardedTable(2, devices=["/CPU:0"] * 3, admission=admission, name="sketch")
+    tf.train.Checkpoint(table=resharded).read(path)
+    assert sum(resharded.stats()[k] for k in ("admitted", "rejected")) == \
+        sum(original.stats()[k] for k in ("admitted", "rejected"))
+    step = np.full(len(keys), 1, np.int64)
+    for _ in range(3):
+        admitted_before, admitted_after = fill(original, keys, step), fill(resharded, keys, step)
+        assert not (admitted_before & ~admitted_after).any()
+
+
+def test_layer_config_and_keras_archives_keep_the_policies(tmp_path):
+    ids = keras.Input((), dtype=tf.int64)
+    layer = tfps.keras_layers.DynamicEmbedding(
+        2, name="with_policies", admission=tfps.admission.Probability(0.5, sketch_bytes=1 << 12),
+        eviction=tfps.eviction.TTL(seconds=3600.0), max_rows=1000)
+    model = keras.Model(ids, keras.layers.Dense(1)(layer(ids)))
+    model.compile("sgd", "mse")
+    model.fit(np.arange(100), np.zeros(100), verbose=0)
+    config = layer.get_config()
+    clone = tfps.keras_layers.DynamicEmbedding.from_config(config)
+    assert (clone.admission, clone.eviction, clone.max_rows) == (layer.admission, layer.eviction, 1000)
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras")).get_layer("with_policies")
+    assert loaded.eviction == tfps.eviction.TTL(seconds=3600.0)
+    np.testing.assert_array_equal(sorted_export(loaded.table)["keys"], sorted_export(layer.table)["keys"])
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: tfps.admission.MinCount(0), "count must be an int in"),
+    (lambda: tfps.admission.MinCount(2, sketch_bytes=-1), "sketch_bytes must be an int"),
+    (lambda: tfps.admission.Probability(1.5), r"p must be a number in \(0, 1\]"),
+    (lambda: tfps.eviction.TTL(), "exactly one of steps or seconds"),
+    (lambda: tfps.eviction.TTL(steps=3, seconds=2.0), "exactly one of steps or seconds"),
+    (lambda: tfps.eviction.TTL(steps=0), "steps must be a positive int"),
+    (lambda: tfps.eviction.DecayedFrequency(1.5, 1.0), r"decay must be a number in \(0, 1\]"),
+    (lambda: tfps.eviction.DecayedFrequency(0.9, 0.0), "threshold must be a positive number"),
+    (lambda: tfps.DynamicTable(2, max_rows=0), "max_rows must be a positive int"),
+    (lambda: tfps.keras_layers.DynamicEmbedding(2, admission="min_count"), "unknown tfps admission policy"),
+    (lambda: tfps.keras_layers.DynamicEmbedding(2, eviction="ttl"), "unknown tfps eviction policy"),
+])
+def test_bad_policies_are_refused_naming_the_argument(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_running_out_of_memory_is_an_error_naming_the_table_that_changes_nothing():
+    program = """
+import resource, numpy as np, tensorflow as tf, tfps
+table = tfps.DynamicTable(512, optimizer="adam", name="oom_table")
+table.find_or_insert(np.arange(10))
+virtual = int(open("/proc/self/statm").read().split()[0]) * 4096
+resource.setrlimit(resource.RLIMIT_AS, (virtual + (256 << 20), resource.RLIM_INFINITY))
+for batch in range(1, 400):
+    size, before = int(table.size()), table.find(np.arange(10)).numpy()
+    try:
+        table.find_or_insert(np.arange(batch << 20, (batch << 20) + 2048))
+    except tf.errors.ResourceExhaustedError as e:
+        assert "on table 'oom_table" in str(e) and "the table is unchanged" in str(e), str(e)
+        assert int(table.size()) == size
+        np.testing.assert_array_equal(table.find(np.arange(10)).numpy(), before)
+        table.remove(np.arange(5))  # the process and the table go on
+        print("out of memory after", batch, "batches; rows", int(table.size()))
+        break
+else:
+    raise SystemExit("never ran out of memory")
+"""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
+    assert out.returncode == 0 and "out of memory after" in out.stdout, out.stdout + out.stderr[-3000:]
