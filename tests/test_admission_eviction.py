@@ -126,6 +126,25 @@ def test_ttl_removes_the_ids_unseen_for_longer_than_its_steps():
     assert layer.table.stats()["evicted"] == len(set(ids.reshape(-1).tolist())) - len(keep)
 
 
+def test_a_table_evicting_as_ids_stream_through_keeps_its_memory_flat():
+    # A sliding window of IDs: each step looks up 8192, 2048 of them new, and TTL removes
+    # as many. Rows, and the memory of index, rows and the list of removed keys kept for
+    # the next save of changes, must stop growing once the table is full.
+    table = tfps.DynamicTable(8, optimizer="sgd", eviction=tfps.eviction.TTL(steps=50))
+    memory, rows = [], []
+    for step in range(1300):
+        keys = tf.range(step * 2048, step * 2048 + 8192, dtype=tf.int64)
+        table.find_or_insert(keys)
+        table.apply_gradients(keys, tf.zeros([8192, 8]), step=-1)
+        if step in (200, 1299):
+            stats = table.stats()
+            memory.append(stats["memory_bytes"])
+            rows.append(stats["rows"])
+    assert stats["evicted"] > 2_000_000
+    assert abs(rows[1] - rows[0]) < 0.05 * rows[0]
+    assert memory[1] <= memory[0] * 1.02, memory
+
+
 def test_decayed_frequency_scores_decay_per_step_and_low_scores_go():
     ids, labels = phased_data()
     decay, threshold = 0.5, 0.5

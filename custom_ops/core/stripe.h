@@ -32,9 +32,10 @@ constexpr size_t kGroup = 16;
 constexpr size_t kMinCapacity = kGroup;
 constexpr size_t kMaxLoad32nds = 28;  // the index grows beyond this load
 constexpr uint64_t kFirstChunkRows = 16;
-// Removed keys a stripe remembers for the next incremental save (8 bytes each); past
-// this, the next save is whole instead.
-constexpr size_t kMaxRemovedKeys = size_t{1} << 14;
+// Removed keys a stripe remembers for the next incremental save (8 bytes each): this
+// many, or half the stripe's rows if more; past that, the next save is whole instead (a
+// list that long would be as large as a good part of the rows it stands for).
+constexpr size_t kMinRemovedKeysKept = 1024;
 constexpr size_t kBackedPieceBytes = size_t{64} << 10;
 // Hash bits the index uses: the control byte's low 7, then HomeGroup's 32. The bits above
 // them, up to the stripe's top bits, are free for other uses (EstimateDistinct).
@@ -131,8 +132,8 @@ struct Stripe {
   // changed, and the keys removed.
   std::vector<uint64_t> touched;
   std::vector<uint64_t> removed_keys;
-  // Set when more keys were removed than the list keeps (kMaxRemovedKeys); the next save
-  // must then be whole.
+  // Set when more keys were removed than the list keeps (kMinRemovedKeysKept); the next
+  // save must then be whole.
   bool removed_keys_overflowed = false;
 
   static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
@@ -415,12 +416,15 @@ struct Stripe {
     return row;
   }
 
-  // For the next save of changes; past kMaxRemovedKeys, or without memory for the list,
-  // that save is whole instead (removing must not fail).
+  // For the next save of changes; past kMinRemovedKeysKept or half the rows, or without
+  // memory for the list, that save is whole instead (removing must not fail), and the
+  // list's memory goes back: a table that evicts continuously and is seldom saved would
+  // otherwise keep it at its longest for good.
   void RememberRemoved(uint64_t key) {
     if (removed_keys_overflowed) return;
-    if (removed_keys.size() >= kMaxRemovedKeys) {
+    if (removed_keys.size() >= std::max(kMinRemovedKeysKept, size / 2)) {
       removed_keys_overflowed = true;
+      std::vector<uint64_t>().swap(removed_keys);
       return;
     }
     try {
