@@ -22,6 +22,7 @@ from tfps import keras_layers
 from tfps import metrics
 from tfps import optimizer_bridge
 from tfps import optimizers
+from tfps import stream
 from tfps.table import DynamicTable, TableRows
 
 checkpoint.install()
@@ -31,4 +32,4 @@ keras_saving.install()
 __version__ = "0.1.0"
 
 __all__ = ["DynamicTable", "TableRows", "admission", "callbacks", "checkpoint", "data", "distribute",
-           "eviction", "export", "initializers", "keras_layers", "metrics", "optimizers"]
+           "eviction", "export", "initializers", "keras_layers", "metrics", "optimizers", "stream"]

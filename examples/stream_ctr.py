@@ -1,0 +1,154 @@
+"""Streaming CTR training with feature admission and eviction.
+
+    python examples/stream_ctr.py                                   # locally
+    tfps-launch --num_ps 2 --num_workers 2 examples/stream_ctr.py  # a local cluster
+
+Trains on an endless generated stream whose IDs drift (tfps.stream.DriftingStream: new IDs
+keep appearing, old ones stop, many are seen once), chunk by chunk. Before each chunk it
+evaluates the model on the chunk's first examples, which it has not trained on yet (a
+rolling AUC on the next unseen data), then trains on the chunk; after each it logs the
+table's statistics: rows, rows admitted, keys waiting for admission, occurrences rejected,
+rows evicted, and the memory of the table and (with --pid_dir under tfps-launch) of every
+task. The table admits an ID after --min_count occurrences and evicts rows unseen for
+--ttl_steps optimizer steps; 0 turns either off.
+"""
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+import tfps  # noqa: E402
+
+
+def build_model(strategy, stream, args):
+    clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    admission = tfps.admission.MinCount(args.min_count, sketch_bytes=args.sketch_mb << 20) if args.min_count else None
+    eviction = tfps.eviction.TTL(steps=args.ttl_steps) if args.ttl_steps else None
+    with strategy.scope():
+        ids = keras.Input((stream.fields,), dtype=tf.int64, name="ids")
+        # Keras averages the loss over the batch, so a row's gradient is its examples' over
+        # the batch size: Adagrad's usual initial accumulator (0.1) would dwarf it for long.
+        embedded = tfps.keras_layers.DynamicEmbedding(
+            args.dim, optimizer=tfps.optimizers.Adagrad(args.learning_rate, initial_accumulator_value=1e-8),
+            name="ids_table",
+            admission=admission, eviction=eviction, max_rows=args.max_rows or None)(ids, namespace="columns")
+        x = keras.layers.Dense(64, activation="relu")(keras.layers.Flatten()(embedded))
+        model = keras.Model(ids, keras.layers.Dense(1, activation="sigmoid")(x))
+        model.compile(optimizer=keras.optimizers.legacy.Adam(1e-3), loss="binary_crossentropy",
+                      metrics=[tfps.metrics.AUC(name="auc")], steps_per_execution=10,
+                      pss_evaluation_shards=strategy._num_workers if clustered else 0)  # pylint: disable=protected-access
+    return model
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def task_memory(pid_dir):
+    """RSS in MiB of every task that wrote a pid file to pid_dir (all on this machine)."""
+    if not pid_dir:
+        return {"this_process": round(rss_mib(os.getpid()), 1)}
+    found = {}
+    for name in sorted(os.listdir(pid_dir)):
+        if name.endswith(".pid"):
+            with open(os.path.join(pid_dir, name)) as f:
+                try:
+                    found[name[:-4]] = round(rss_mib(int(f.read())), 1)
+                except (OSError, ValueError):
+                    pass
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=4_000_000, help="examples to train on")
+    parser.add_argument("--chunk", type=int, default=500_000, help="examples between evaluations")
+    parser.add_argument("--eval_examples", type=int, default=51_200)
+    parser.add_argument("--batch_size", type=int, default=1024)
+    parser.add_argument("--dim", type=int, default=8)
+    parser.add_argument("--learning_rate", type=float, default=0.1)
+    parser.add_argument("--min_count", type=int, default=2, help="MinCount admission (0: admit every ID)")
+    parser.add_argument("--sketch_mb", type=int, default=8, help="MinCount's sketch per parameter server")
+    parser.add_argument("--ttl_steps", type=int, default=2000, help="TTL eviction in steps (0: none)")
+    parser.add_argument("--max_rows", type=int, default=0, help="a cap on the table's rows (0: none)")
+    parser.add_argument("--pid_dir", default=None, help="every task writes its pid here; the chief "
+                        "reports each one's RSS (tasks on one machine, as under tfps-launch)")
+    parser.add_argument("--tensorboard_dir", default=None)
+    parser.add_argument("--json", action="store_true", help="one JSON line per chunk")
+    args = parser.parse_args()
+
+    config = tfps.distribute.tf_config()
+    if args.pid_dir:
+        os.makedirs(args.pid_dir, exist_ok=True)
+        task = config["task"] if config else {"type": "local", "index": 0}
+        with open(os.path.join(args.pid_dir, f"{task['type']}_{task['index']}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+    strategy = tfps.distribute.strategy_from_tf_config()  # ps and worker tasks serve here
+    clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    stream = tfps.stream.DriftingStream()
+    model = build_model(strategy, stream, args)
+    table = model.get_layer("ids_table").table
+    writer = tf.summary.create_file_writer(args.tensorboard_dir) if args.tensorboard_dir else None
+    chunk_batches, eval_batches = args.chunk // args.batch_size, args.eval_examples // args.batch_size
+    with (tfps.data.local_data_service() if clustered else _NoService()) as service:
+        chunk_examples = chunk_batches * args.batch_size
+        for chunk in range(max(1, args.examples // chunk_examples)):
+            start = chunk * chunk_examples
+            def eval_data(_=None, start=start):
+                return stream.dataset(start, args.batch_size, num_batches=eval_batches)
+
+            def train_data(_=None, start=start):
+                return stream.dataset(start, args.batch_size, data_service=service)
+
+            if clustered:
+                eval_input, train_input = (keras.utils.experimental.DatasetCreator(f) for f in (eval_data, train_data))
+            else:
+                eval_input, train_input = eval_data(), train_data()
+            results = model.evaluate(eval_input, steps=None if clustered else eval_batches, return_dict=True,
+                                     verbose=0) if chunk > 0 else {"auc": float("nan")}
+            began = time.perf_counter()
+            model.fit(train_input, epochs=1, steps_per_epoch=chunk_batches, verbose=0)
+            seconds = time.perf_counter() - began
+            stats = table.stats()
+            record = {"chunk": chunk, "examples": start + chunk_examples,
+                      "rolling_auc": round(float(results["auc"]), 5),
+                      "examples_per_s": round(chunk_examples / seconds),
+                      **{k: stats[k] for k in ("rows", "admitted", "pending", "rejected", "evicted")},
+                      "table_mib": round(stats["memory_bytes"] / (1 << 20), 1),
+                      "rss_mib": task_memory(args.pid_dir)}
+            if args.json:
+                print("STREAM " + json.dumps(record), flush=True)
+            else:
+                print(f"{record['examples']:>11,} examples  next-chunk auc {record['rolling_auc']:.4f}  "
+                      f"rows {stats['rows']:,} (admitted {stats['admitted']:,}, evicted {stats['evicted']:,}, "
+                      f"pending ~{stats['pending']:,}, rejected {stats['rejected']:,})  "
+                      f"{record['examples_per_s']:,}/s  rss MiB {record['rss_mib']}", flush=True)
+            if writer is not None:
+                with writer.as_default(step=record["examples"]):
+                    for name in ("rolling_auc", "rows", "admitted", "pending", "rejected", "evicted", "table_mib"):
+                        tf.summary.scalar(name, record[name])
+    if clustered:
+        os._exit(0)  # the ps and worker tasks are stopped by the launcher
+
+
+class _NoService:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+if __name__ == "__main__":
+    main()
