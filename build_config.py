@@ -37,6 +37,9 @@ CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc", "custom_ops/core/tes
 # CUDA sources: compiled by custom_ops/core/gpu/build.sh (TF-free harness and benchmark)
 # and by `bazel build --config=cuda`; CI compiles them with nvcc so they never rot.
 CUDA_SOURCES = ["custom_ops/core/gpu/gpu_table.cu.cc"]
+# The table ops' GPU kernels: host code, built with the CUDA sources into a library of
+# their own by scripts/build_gpu_ops.py (and `bazel build --config=cuda`).
+GPU_KERNEL_SOURCES = ["custom_ops/table/kernels/gpu_table_kernels.cc"]
 CUDA_TEST_SOURCES = ["custom_ops/core/gpu/tests/gpu_table_harness.cu.cc"]
 
 # -ffp-contract=off: initial values must round the same on every compiler and on the GPU.

@@ -124,10 +124,13 @@ def main():
     parser.add_argument("--chunk", type=int, default=1_000_000)
     parser.add_argument("--eval_examples", type=int, default=102_400, help="rolling AUC's examples per chunk")
     parser.add_argument("--skip_costs", action="store_true")
-    parser.add_argument("--only", choices=["policies", "unbounded"], help="run one of the two streams")
+    parser.add_argument("--only", choices=["costs", "policies", "unbounded"],
+                        help="measure only the policies' cost, or run one of the two streams")
     args = parser.parse_args()
     costs = {} if args.skip_costs else policy_costs()
     print(json.dumps({"policy_costs": costs}), flush=True)
+    if args.only == "costs":
+        return
     with_policies = stream_run(args, policies=True) if args.only != "unbounded" else None
     unbounded = stream_run(args, policies=False) if args.only != "policies" else None
     if costs and with_policies and unbounded:

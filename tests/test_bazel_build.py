@@ -23,7 +23,8 @@ def bazel_sources():
 
 
 def test_bazel_and_pip_builds_list_the_same_sources():
-    cpu = set(build_config.CORE_SOURCES + build_config.OP_SOURCES + build_config.CORE_TEST_SOURCES)
+    cpu = set(build_config.CORE_SOURCES + build_config.OP_SOURCES + build_config.CORE_TEST_SOURCES +
+              build_config.GPU_KERNEL_SOURCES)
     cuda = set(build_config.CUDA_SOURCES)
     listed = bazel_sources()
     assert {s for s in listed if not s.endswith(".cu.cc")} == cpu
@@ -54,6 +55,7 @@ def test_bazel_builds_a_library_that_tensorflow_loads_and_runs():
     library = os.path.join(ROOT, "bazel-bin", "custom_ops", "_tfps_ops.so")
     if shutil.which("nvcc"):
         assert os.path.getsize(os.path.join(ROOT, "bazel-bin", "custom_ops", "gpu_table.cu.o")) > 0
+        assert os.path.getsize(os.path.join(ROOT, "bazel-bin", "custom_ops", "_tfps_gpu_ops.so")) > 0
     check = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bazel_op_check.py"), library],
                            capture_output=True, text=True, timeout=300,
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))

@@ -38,4 +38,17 @@ def _load():
     return tf.load_op_library(libraries[0])
 
 
+def _load_gpu_kernels():
+    """The GPU kernels of the table ops (scripts/build_gpu_ops.py cuda), where they were built
+    and TensorFlow sees a GPU: a DynamicTable created under tf.device("/GPU:0") then lives
+    in GPU memory. They register kernels only, for the ops of the library above."""
+    path = os.path.join(_HERE, "_tfps_gpu_ops.so")
+    if not os.path.exists(path) or not tf.config.list_physical_devices("GPU"):
+        return False
+    check_library(path, tf.__version__)
+    tf.load_op_library(path)
+    return True
+
+
 ops = _load()
+gpu_kernels_loaded = _load_gpu_kernels()
