@@ -1,11 +1,13 @@
 """DynamicEmbedding: a Keras embedding whose table grows with the data and is trained by
 the parameter servers."""
 
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
 from tfps import admission as admission_lib
 from tfps import arguments
+from tfps import checkpoint as checkpoint_lib
 from tfps import eviction as eviction_lib
 from tfps import initializers as initializers_lib
 from tfps import keys as keys_lib
@@ -93,7 +95,7 @@ class DynamicEmbedding(keras.layers.Layer):
         self.embeddings_regularizer = keras.regularizers.get(embeddings_regularizer)
         self.admission = admission_lib.get(admission)
         self.eviction = eviction_lib.get(eviction)
-        self.max_rows = eviction_lib.check_max_rows(max_rows, "DynamicEmbedding")
+        self.max_rows = eviction_lib.check_max_rows(max_rows, "DynamicEmbedding", self.eviction)
         optimizer_bridge.check_strategy(tf.distribute.get_strategy(), self.name)
         # Created here, where the user's strategy scope is current: Keras builds layers of a
         # functional model inside its own graph, where the strategy is not visible.
@@ -259,29 +261,44 @@ class DynamicEmbedding(keras.layers.Layer):
         return input_shape[:-1].concatenate([self.dim])
 
     # The .keras format: Keras hands each layer an entry of the archive's weights file.
-    # The table's rows go there whole, through this process, beside the proxy variable;
-    # tables larger than memory belong in tf.train.Checkpoint, which every PS writes itself.
+    # Each shard's row file (rows, slots, metadata, clock, and the admission and eviction
+    # state, as docs/checkpoints.md lays out) goes there as bytes, through this process,
+    # beside the proxy variable; tables larger than memory belong in tf.train.Checkpoint,
+    # which every PS writes itself. Archives of tfps before row files hold rows as arrays.
+    _FILE_ROWS = "table_file_rows"
     _ROW_FIELDS = tuple(f"table_{field}" for field in TableRows._fields)
 
     def save_own_variables(self, store):
         super().save_own_variables(store)
-        rows = self.table.export()
-        for name, tensor in zip(self._ROW_FIELDS, rows):
-            store[name] = tensor.numpy()
-        store["table_clock"] = tf.reduce_max(self.table.clocks()).numpy()
+        files = checkpoint_lib.snapshot(self.table)
+        store[self._FILE_ROWS] = np.array([rows for _, rows in files], np.int64)
+        for i, (data, _) in enumerate(files):
+            store[f"table_file_{i}"] = np.frombuffer(data, np.uint8)
 
     def load_own_variables(self, store):
-        missing = [name for name in self._ROW_FIELDS + ("table_clock",) if name not in store.keys()]
-        if missing:
+        names = set(store.keys())
+        if self._FILE_ROWS not in names and not set(self._ROW_FIELDS) <= names:
             raise ValueError(f"DynamicEmbedding '{self.name}': the saved layer has no table rows "
-                             f"({', '.join(missing)} missing); it was not saved by this tfps layer")
+                             f"({self._FILE_ROWS} missing); it was not saved by this tfps layer")
+        self.table_proxy.assign(tf.constant(store["0"][...]))
+        if self._FILE_ROWS not in names:
+            self._load_row_arrays(store)
+            return
+        files = [(store[f"table_file_{i}"][...].tobytes(), int(rows))
+                 for i, rows in enumerate(store[self._FILE_ROWS][...])]
+        try:
+            checkpoint_lib.restore_snapshot(self.table, files)
+        except tf.errors.OpError as e:
+            raise ValueError(f"DynamicEmbedding '{self.name}' (dim {self.dim}, {self.optimizer!r}) cannot "
+                             f"load the saved table: {e.message}") from e
+
+    def _load_row_arrays(self, store):
         rows = TableRows(*(tf.constant(store[name][...]) for name in self._ROW_FIELDS))
         if rows.values.shape[1:] != (self.dim,) or rows.slots.shape[1:] != (self.table.num_slots, self.dim):
             raise ValueError(
                 f"DynamicEmbedding '{self.name}': the saved table has rows {rows.values.shape[1:]} and "
                 f"slots {rows.slots.shape[1:]}, but this layer has dim {self.dim} and "
                 f"{self.table.num_slots} optimizer slots ({self.optimizer!r})")
-        self.table_proxy.assign(tf.constant(store["0"][...]))
         self.table.clear()
         self.table.import_rows(rows)
         self.table.set_clocks(tf.constant(store["table_clock"][...], tf.int64))

@@ -20,6 +20,7 @@ import concurrent.futures
 import contextlib
 import functools
 import threading
+import uuid
 
 import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management
@@ -112,23 +113,73 @@ def _restore(trackables, merged_prefix):
         same_count = tf.equal(tf.size(paths), len(shards))
         reads = [tf.cond(same_count, lambda i=i: (paths[i:i + 1], rows[i:i + 1]),
                          lambda: (paths, rows)) for i in range(len(shards))]
-        shard = shards[0]
+        _check_then_restore(shards, reads)
 
-        def check(table_shard, shard_paths, shard_rows):
-            with tf.device(table_shard.resource_handle.device):
-                return ops.tfps_row_files_check(shard_paths, shard_rows, dim=shard.dim,
-                                                num_slots=shard.num_slots,
-                                                optimizer=shard.optimizer.op_name)
 
-        def restore(i, table_shard, shard_paths, shard_rows):
-            with tf.device(table_shard.resource_handle.device):
-                return ops.tfps_table_restore(table_shard.resource_handle, shard_paths, shard_rows,
-                                              i, len(shards), records_verified=True)
-        checks = _on_every_shard([functools.partial(check, table_shard, *read)
-                                  for table_shard, read in zip(shards, reads)])
-        with tf.control_dependencies(checks):
-            _on_every_shard([functools.partial(restore, i, table_shard, *read)
-                             for i, (table_shard, read) in enumerate(zip(shards, reads))])
+def _check_then_restore(shards, reads):
+    """Has every shard check the files it will read (reads[i]: its paths and their row
+    counts), and only when every check passed restore from them."""
+    shard = shards[0]
+
+    def check(table_shard, shard_paths, shard_rows):
+        with tf.device(table_shard.resource_handle.device):
+            return ops.tfps_row_files_check(shard_paths, shard_rows, dim=shard.dim,
+                                            num_slots=shard.num_slots,
+                                            optimizer=shard.optimizer.op_name)
+
+    def restore(i, table_shard, shard_paths, shard_rows):
+        with tf.device(table_shard.resource_handle.device):
+            return ops.tfps_table_restore(table_shard.resource_handle, shard_paths, shard_rows,
+                                          i, len(shards), records_verified=True)
+    checks = _on_every_shard([functools.partial(check, table_shard, *read)
+                              for table_shard, read in zip(shards, reads)])
+    with tf.control_dependencies(checks):
+        return _on_every_shard([functools.partial(restore, i, table_shard, *read)
+                                for i, (table_shard, read) in enumerate(zip(shards, reads))])
+
+
+def snapshot(table):
+    """Each shard's row file (rows, and the admission and eviction state), as bytes, with
+    its row count: for archives that hold a table themselves (.keras). Eager. Each shard
+    writes its file into its own process' memory (ram://) and sends it over; the table's
+    record of changes since its last save is left as it is, so incremental checkpoints
+    are not disturbed."""
+    shards = _shards(table)
+    tag = uuid.uuid4().hex
+
+    def one(i, shard):
+        path = f"ram://tfps-snapshot/{tag}/shard-{i}"
+        with tf.device(shard.resource_handle.device):
+            rows = ops.tfps_table_save(shard.resource_handle, path, i, len(shards), snapshot=True).rows
+            data = tf.io.read_file(path)
+            tf.io.write_file(path, "")  # the in-memory file system keeps nothing
+        return data.numpy(), int(rows)
+    return _on_every_shard([functools.partial(one, i, shard) for i, shard in enumerate(shards)])
+
+
+def restore_snapshot(table, files):
+    """Restores `snapshot`'s [(bytes, rows)] into `table` (any number of shards): every file
+    is checked on every shard first, as a checkpoint restore does, and only then read."""
+    shards = _shards(table)
+    tag = uuid.uuid4().hex
+    same_count = len(files) == len(shards)
+    placed = []
+    reads = []
+    for i, shard in enumerate(shards):
+        mine = [i] if same_count else range(len(files))
+        paths = [f"ram://tfps-snapshot/{tag}/{i}/file-{j}" for j in mine]
+        with tf.device(shard.resource_handle.device):
+            for path, j in zip(paths, mine):
+                tf.io.write_file(path, files[j][0])
+        placed.append((shard, paths))
+        reads.append((tf.constant(paths), tf.constant([files[j][1] for j in mine], tf.int64)))
+    try:
+        _check_then_restore(shards, reads)
+    finally:
+        for shard, paths in placed:
+            with tf.device(shard.resource_handle.device):
+                for path in paths:
+                    tf.io.write_file(path, "")
 
 
 def _on_every_shard(calls):

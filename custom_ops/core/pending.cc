@@ -65,6 +65,9 @@ uint32_t PendingCounts::Add(uint64_t key, uint32_t n) {
 }
 
 void PendingCounts::Halve() {
+  // An admitted key's counters (min_count or more) outlive a halving or two: count half
+  // of those forgotten as still held, a rough mean over counts.
+  forgotten_ /= 2;
   used_in_first_row_ = 0;
   for (size_t i = 0; i < cells_.size(); ++i) {
     cells_[i] >>= 1;
@@ -77,7 +80,11 @@ size_t PendingCounts::Home(uint64_t key) const {
 }
 
 void PendingCounts::Forget(uint64_t key) {
-  if (!exact() || keys_.empty()) return;
+  if (!exact()) {
+    ++forgotten_;
+    return;
+  }
+  if (keys_.empty()) return;
   const size_t mask = keys_.size() - 1;
   size_t i = Home(key);
   while (counts_[i] != 0 && keys_[i] != key) i = (i + 1) & mask;
@@ -122,9 +129,10 @@ int64_t PendingCounts::EstimateKeys() const {
   if (exact()) return static_cast<int64_t>(exact_size_);
   const size_t clear = width_ - used_in_first_row_;
   if (used_in_first_row_ == 0) return 0;
-  if (clear == 0) return static_cast<int64_t>(width_);
-  return static_cast<int64_t>(std::llround(static_cast<double>(width_) *
-                                           std::log(static_cast<double>(width_) / clear)));
+  const int64_t counted = clear == 0 ? static_cast<int64_t>(width_)
+                                     : std::llround(static_cast<double>(width_) *
+                                                    std::log(static_cast<double>(width_) / clear));
+  return std::max<int64_t>(0, counted - static_cast<int64_t>(forgotten_));
 }
 
 size_t PendingCounts::MemoryBytes() const {
@@ -135,6 +143,7 @@ size_t PendingCounts::MemoryBytes() const {
 void PendingCounts::Clear() {
   std::fill(cells_.begin(), cells_.end(), 0);
   used_in_first_row_ = 0;
+  forgotten_ = 0;
   std::fill(counts_.begin(), counts_.end(), 0);
   exact_size_ = 0;
 }

@@ -36,7 +36,8 @@ class PendingCounts {
   // Room for `more` new exact keys without allocating. May throw std::bad_alloc.
   void Reserve(size_t more);
 
-  // Keys counted: exact, or estimated from the sketch's first row (linear counting).
+  // Keys waiting: exact, or for a sketch the distinct keys its first row holds (linear
+  // counting) less those admitted since (whose counters it cannot clear), an estimate.
   int64_t EstimateKeys() const;
   size_t MemoryBytes() const;
   void Clear();
@@ -66,6 +67,7 @@ class PendingCounts {
   size_t width_ = 0;
   std::vector<uint16_t> cells_;
   size_t used_in_first_row_ = 0;
+  size_t forgotten_ = 0;  // sketch: keys admitted since, halved with the counters
   // Exact: slots of keys and counts; a slot is free where its count is 0.
   std::vector<uint64_t> keys_;
   std::vector<uint32_t> counts_;

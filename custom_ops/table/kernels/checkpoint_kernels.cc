@@ -77,6 +77,10 @@ class TableSaveOp : public OpKernel {
   explicit TableSaveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_chunk_bytes", &max_chunk_bytes_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("changes_only", &changes_only_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("snapshot", &snapshot_));
+    OP_REQUIRES(ctx, !(snapshot_ && changes_only_),
+                absl::InvalidArgumentError(
+                    "Tfps>TableSave: a snapshot is a whole copy; it cannot be changes_only"));
     OP_REQUIRES(ctx, max_chunk_bytes_ > 0,
                 absl::InvalidArgumentError(absl::StrCat(
                     "Tfps>TableSave: max_chunk_bytes must be > 0, got ", max_chunk_bytes_)));
@@ -99,18 +103,19 @@ class TableSaveOp : public OpKernel {
         std::max<int64_t>(1, max_chunk_bytes_ / static_cast<int64_t>(RowBytes(header)));
     const bool changes = changes_only_ && !table.NeedsFullSave();
     header.kind = changes ? kShardChanges : kWholeShard;
-    if (!changes) table.BeginFullSave();
+    if (!changes && !snapshot_) table.BeginFullSave();
     int64_t rows = 0;
     absl::Status status;
     RunOrReportOutOfMemory(ctx, "Tfps>TableSave", resource->name(), [&] {
       status = Save(ctx, table, path->scalar<::tensorflow::tstring>()(), header, chunk_rows,
-                    changes, &rows);
-    }, "no file was written, and the next save is whole");
+                    changes, snapshot_, &rows);
+    }, snapshot_ ? "no file was written" : "no file was written, and the next save is whole");
+    // A snapshot takes no changes, so a failed one loses none.
     if (!ctx->status().ok()) {
-      table.SaveFailed();
+      if (!snapshot_) table.SaveFailed();
       return;
     }
-    if (!status.ok()) table.SaveFailed();  // the changes this save took are lost with it
+    if (!status.ok() && !snapshot_) table.SaveFailed();  // the changes this save took are lost with it
     OP_REQUIRES_OK(ctx, status);
     Tensor *rows_out, *kind_out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &rows_out));
@@ -122,12 +127,17 @@ class TableSaveOp : public OpKernel {
  private:
   static absl::Status Save(OpKernelContext* ctx, Table& table, const std::string& path,
                            const RowFileHeader& header, int64_t chunk_rows, bool changes,
-                           int64_t* rows) {
+                           bool snapshot, int64_t* rows) {
     std::unique_ptr<RowFileWriter> writer;
     TF_RETURN_IF_ERROR(RowFileWriter::Create(ctx->env(), path, header, &writer));
     ExportChunk chunk;
     for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
-      table.SaveChunk(cursor, chunk_rows, changes, &chunk);
+      // Export reads rows as SaveChunk does, without taking their changes.
+      if (snapshot) {
+        chunk = table.Export(cursor, chunk_rows);
+      } else {
+        table.SaveChunk(cursor, chunk_rows, changes, &chunk);
+      }
       TF_RETURN_IF_ERROR(writer->Append(chunk));
     }
     TF_RETURN_IF_ERROR(SaveState(table, writer.get()));
@@ -184,6 +194,7 @@ class TableSaveOp : public OpKernel {
 
   int64_t max_chunk_bytes_ = 0;
   bool changes_only_ = false;
+  bool snapshot_ = false;
 };
 
 class RowFilesCheckOp : public OpKernel {

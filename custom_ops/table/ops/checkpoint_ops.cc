@@ -31,6 +31,7 @@ REGISTER_OP("Tfps>TableSave")
     .Output("rows: int64")
     .Output("kind: int64")
     .Attr("changes_only: bool = false")
+    .Attr("snapshot: bool = false")
     .Attr("max_chunk_bytes: int = 4194304")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
@@ -43,6 +44,8 @@ Writes the table (shard `shard_index` of `num_shards`) to the row file `path`, c
 chunk, through a temporary file renamed into place at the end: every row, or with
 `changes_only` the rows inserted or changed and the keys removed since the table's last
 save (every row when the table needs a whole save: after a clear or a failed save).
+With `snapshot`, a whole copy outside the table's chain of saves (a Keras archive): the
+table's record of changes since its last save is left as it is.
 Returns the rows written and the file's kind (0: whole shard, 1: changes).
 )doc");
 
