@@ -115,14 +115,15 @@ def main():
                 eval_input, train_input = (keras.utils.experimental.DatasetCreator(f) for f in (eval_data, train_data))
             else:
                 eval_input, train_input = eval_data(), train_data()
+            # The first chunk has no model to evaluate yet: its rolling AUC is null.
             results = model.evaluate(eval_input, steps=None if clustered else eval_batches, return_dict=True,
-                                     verbose=0) if chunk > 0 else {"auc": float("nan")}
+                                     verbose=0) if chunk > 0 else {"auc": None}
             began = time.perf_counter()
             model.fit(train_input, epochs=1, steps_per_epoch=chunk_batches, verbose=0)
             seconds = time.perf_counter() - began
             stats = table.stats()
             record = {"chunk": chunk, "examples": start + chunk_examples,
-                      "rolling_auc": round(float(results["auc"]), 5),
+                      "rolling_auc": None if results["auc"] is None else round(float(results["auc"]), 5),
                       "examples_per_s": round(chunk_examples / seconds),
                       **{k: stats[k] for k in ("rows", "admitted", "pending", "rejected", "evicted")},
                       "table_mib": round(stats["memory_bytes"] / (1 << 20), 1),
@@ -130,14 +131,16 @@ def main():
             if args.json:
                 print("STREAM " + json.dumps(record), flush=True)
             else:
-                print(f"{record['examples']:>11,} examples  next-chunk auc {record['rolling_auc']:.4f}  "
+                auc = "-" if record["rolling_auc"] is None else f"{record['rolling_auc']:.4f}"
+                print(f"{record['examples']:>11,} examples  next-chunk auc {auc}  "
                       f"rows {stats['rows']:,} (admitted {stats['admitted']:,}, evicted {stats['evicted']:,}, "
                       f"pending ~{stats['pending']:,}, rejected {stats['rejected']:,})  "
                       f"{record['examples_per_s']:,}/s  rss MiB {record['rss_mib']}", flush=True)
             if writer is not None:
                 with writer.as_default(step=record["examples"]):
                     for name in ("rolling_auc", "rows", "admitted", "pending", "rejected", "evicted", "table_mib"):
-                        tf.summary.scalar(name, record[name])
+                        if record[name] is not None:
+                            tf.summary.scalar(name, record[name])
     if clustered:
         os._exit(0)  # the ps and worker tasks are stopped by the launcher
 

@@ -115,6 +115,9 @@ def get(identifier):
         return identifier
     if isinstance(identifier, dict) and identifier.get("class_name") in _BY_NAME:
         return _BY_NAME[identifier["class_name"]].from_config(identifier["config"])
+    from tfps import eviction  # pylint: disable=import-outside-toplevel  (it imports nothing of this)
+    if isinstance(identifier, eviction.EvictionPolicy):
+        raise ValueError(f"{identifier!r} is an eviction policy: pass it as eviction=, not admission=")
     raise ValueError(f"unknown tfps admission policy {identifier!r}; use "
                      "tfps.admission.MinCount(n) or tfps.admission.Probability(p)")
 

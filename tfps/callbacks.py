@@ -176,7 +176,10 @@ class TableStats(keras.callbacks.Callback):
             every_n_steps = arguments.positive_int(every_n_steps, "every_n_steps", "TableStats")
             if log_dir is None:
                 raise ValueError("TableStats: every_n_steps writes TensorBoard summaries; give log_dir")
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise ValueError(f"TableStats: log_dir must be a path (str or os.PathLike), got {log_dir!r}")
         if log_dir is not None:
+            log_dir = os.fspath(log_dir)
             try:
                 import tensorboard  # noqa: F401  (tf.summary writes nothing without it)
             except ImportError as e:

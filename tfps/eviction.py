@@ -129,6 +129,9 @@ def get(identifier):
         return identifier
     if isinstance(identifier, dict) and identifier.get("class_name") in _BY_NAME:
         return _BY_NAME[identifier["class_name"]].from_config(identifier["config"])
+    from tfps import admission  # pylint: disable=import-outside-toplevel  (it imports nothing of this)
+    if isinstance(identifier, admission.AdmissionPolicy):
+        raise ValueError(f"{identifier!r} is an admission policy: pass it as admission=, not eviction=")
     raise ValueError(f"unknown tfps eviction policy {identifier!r}; use tfps.eviction.TTL, "
                      "DecayedFrequency, LRU or LFU")
 
@@ -139,8 +142,11 @@ def op_attrs(policy, max_rows):
     return {**attrs, "max_rows": max_rows}
 
 
-def check_max_rows(max_rows, owner):
+def check_max_rows(max_rows, owner, policy=None):
     if max_rows is None:
+        if isinstance(policy, (LRU, LFU)):
+            raise ValueError(f"{owner}: eviction={policy!r} only orders a row cap and removes nothing "
+                             "by itself; give max_rows")
         return None
     if not arguments.is_int(max_rows) or max_rows < 1:
         raise ValueError(f"{owner}: max_rows must be a positive int (None: no cap), got {max_rows!r}")

@@ -43,7 +43,7 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0, name="table",
                  devices=None, admission=None, eviction=None, max_rows=None):
         self._devices = list(devices) if devices is not None else parameter_server_devices()
-        max_rows = eviction_lib.check_max_rows(max_rows, "ShardedTable")
+        max_rows = eviction_lib.check_max_rows(max_rows, "ShardedTable", eviction_lib.get(eviction))
         shard_caps = eviction_lib.split_max_rows(max_rows, len(self._devices))
         self._shards = []
         for i, (device, cap) in enumerate(zip(self._devices, shard_caps)):

@@ -93,7 +93,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         self._name = name
         self._admission = admission_lib.get(admission)
         self._eviction = eviction_lib.get(eviction)
-        self._max_rows = eviction_lib.check_max_rows(max_rows, "DynamicTable")
+        self._max_rows = eviction_lib.check_max_rows(max_rows, "DynamicTable", self._eviction)
         if huge_pages is None:
             huge_pages = os.environ.get("TFPS_HUGE_PAGES", "0") == "1"
         self._huge_pages = bool(huge_pages)
