@@ -14,6 +14,7 @@ task. The table admits an ID after --min_count occurrences and evicts rows unsee
 """
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -101,7 +102,7 @@ def main():
     table = model.get_layer("ids_table").table
     writer = tf.summary.create_file_writer(args.tensorboard_dir) if args.tensorboard_dir else None
     chunk_batches, eval_batches = args.chunk // args.batch_size, args.eval_examples // args.batch_size
-    with (tfps.data.local_data_service() if clustered else _NoService()) as service:
+    with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
         chunk_examples = chunk_batches * args.batch_size
         for chunk in range(max(1, args.examples // chunk_examples)):
             start = chunk * chunk_examples
@@ -143,14 +144,6 @@ def main():
                             tf.summary.scalar(name, record[name])
     if clustered:
         os._exit(0)  # the ps and worker tasks are stopped by the launcher
-
-
-class _NoService:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":

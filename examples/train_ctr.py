@@ -15,6 +15,7 @@ tfps-launch a run whose parameter server dies restarts and resumes from its last
 """
 
 import argparse
+import contextlib
 import glob
 import os
 import tempfile
@@ -125,7 +126,7 @@ def main():
         callbacks.insert(0, tfps.callbacks.IncrementalBackup(
             args.backup_dir, save_freq=args.backup_every_steps or max(1, steps // 4)))
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
-    with (tfps.data.local_data_service() if clustered else _no_service()) as service:
+    with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
         def train_data(_=None):
             data = tfps.data.criteo_dataset(train_files, args.batch_size, shuffle_buffer=8192,
                                             data_service=service, repeat=True)
@@ -171,14 +172,6 @@ def evaluate_checkpoints(model, args, eval_files):
         model.load_weights(path)
         results = model.evaluate(data, steps=steps, return_dict=True, verbose=0)
         print(f"evaluator: {path}: loss {results['loss']:.4f}  auc {results['auc']:.4f}", flush=True)
-
-
-class _no_service:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@
 // table's kernels on CPU threads (host_emulation.h), so CI drives them through TensorFlow
 // without a GPU (tests/test_gpu_kernels.py).
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -105,12 +104,7 @@ class GpuTableCreateOp : public OpKernel {
     gpu_config_.optimizer = config.optimizer;
     gpu_config_.initializer = config.initializer;
     gpu_config_.seed = config.seed;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
-    if (shared_name_.empty()) {
-      static std::atomic<int64_t> counter{0};
-      shared_name_ = absl::StrCat("_tfps_gpu_table_", name(), "_", counter++);
-    }
+    OP_REQUIRES_OK(ctx, ParseResourceName(ctx, "_tfps_gpu_table_", &container_, &shared_name_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -186,16 +180,7 @@ class GpuTableOpKernel : public OpKernel {
   }
 
   absl::Status CheckRows(const Tensor& keys, const Tensor& rows, const char* rows_name) const {
-    if (keys.dims() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(type_string(), ": keys must be a vector, got shape ",
-                                                     keys.shape().DebugString()));
-    }
-    if (rows.dims() != 2 || rows.dim_size(0) != keys.dim_size(0) || rows.dim_size(1) != dim_) {
-      return absl::InvalidArgumentError(absl::StrCat(type_string(), ": ", rows_name,
-                                                     " must have shape [num_keys, dim] = [", keys.dim_size(0),
-                                                     ", ", dim_, "], got ", rows.shape().DebugString()));
-    }
-    return absl::OkStatus();
+    return CheckKeyedRows(type_string(), keys, rows, rows_name, dim_);
   }
 
   // Rows written as given must be finite, as on the CPU table. They are on the device;
@@ -292,18 +277,9 @@ class GpuTableApplyGradientsOp : public GpuTableOpKernel {
     TF_RETURN_IF_ERROR(CheckRows(keys, grads, "gradients"));
     int64_t step = 0;
     TF_RETURN_IF_ERROR(HostScalar(ctx, 3, "step", &step));
-    const Tensor& rate = ctx->input(4);
-    if (!::tensorflow::TensorShapeUtils::IsScalar(rate.shape())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Tfps>TableApplyGradients: learning_rate must be a scalar, got shape ", rate.shape().DebugString()));
-    }
-    const float learning_rate = rate.scalar<float>()();
-    const bool ftrl = table.config().optimizer.kind == OptimizerKind::kFtrl;
-    if (!std::isfinite(learning_rate) || (ftrl && learning_rate == 0.0f)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Tfps>TableApplyGradients: learning_rate must be finite", ftrl ? " and > 0 (FTRL)" : "",
-          " (negative: the table's own), got ", learning_rate, "; no row was updated"));
-    }
+    float learning_rate = 0.0f;
+    TF_RETURN_IF_ERROR(ParseLearningRate(ctx->input(4), table.config().optimizer.kind == OptimizerKind::kFtrl,
+                                         &learning_rate));
     // The verdict on non-finite gradients is decided on the device: asking for it syncs,
     // so that a bad step is an error, as on the CPU table.
     bool applied = true;
@@ -343,25 +319,19 @@ class GpuTableRemoveOp : public GpuTableOpKernel {
   }
 };
 
-class GpuTableSizeOp : public GpuTableOpKernel {
+// Size and Clock: one scalar the table reads back (a sync).
+template <gpu::Status (gpu::GpuTable::*Read)(cudaStream_t, int64_t*)>
+class GpuTableScalarOp : public GpuTableOpKernel {
  public:
   using GpuTableOpKernel::GpuTableOpKernel;
   absl::Status ComputeOnGpu(OpKernelContext* ctx, gpu::GpuTable& table, cudaStream_t stream) override {
-    int64_t size = 0;
-    TF_RETURN_IF_ERROR(FromGpu(table.Size(stream, &size)));
-    return HostOutput(ctx, 0, size);
+    int64_t value = 0;
+    TF_RETURN_IF_ERROR(FromGpu((table.*Read)(stream, &value)));
+    return HostOutput(ctx, 0, value);
   }
 };
-
-class GpuTableClockOp : public GpuTableOpKernel {
- public:
-  using GpuTableOpKernel::GpuTableOpKernel;
-  absl::Status ComputeOnGpu(OpKernelContext* ctx, gpu::GpuTable& table, cudaStream_t stream) override {
-    int64_t clock = 0;
-    TF_RETURN_IF_ERROR(FromGpu(table.ApplyCalls(stream, &clock)));
-    return HostOutput(ctx, 0, clock);
-  }
-};
+using GpuTableSizeOp = GpuTableScalarOp<&gpu::GpuTable::Size>;
+using GpuTableClockOp = GpuTableScalarOp<&gpu::GpuTable::ApplyCalls>;
 
 class GpuTableSetClockOp : public GpuTableOpKernel {
  public:

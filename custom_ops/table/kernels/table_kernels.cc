@@ -1,6 +1,5 @@
 // CPU kernels of the dynamic table ops: fetch and validate inputs, allocate outputs, and
 // hand the work to the core table.
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -65,16 +64,7 @@ class TableOpKernel : public OpKernel {
   }
 
   absl::Status CheckRows(const Tensor& keys, const Tensor& rows, const char* rows_name) const {
-    if (keys.dims() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          type_string(), ": keys must be a vector, got shape ", keys.shape().DebugString()));
-    }
-    if (rows.dims() != 2 || rows.dim_size(0) != keys.dim_size(0) || rows.dim_size(1) != dim_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          type_string(), ": ", rows_name, " must have shape [num_keys, dim] = [",
-          keys.dim_size(0), ", ", dim_, "], got ", rows.shape().DebugString()));
-    }
-    return absl::OkStatus();
+    return CheckKeyedRows(type_string(), keys, rows, rows_name, dim_);
   }
 
   // Rows written as given must be finite, as apply_gradients requires of gradients: one
@@ -108,12 +98,7 @@ class TableCreateOp : public OpKernel {
  public:
   explicit TableCreateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ParseTableConfig(ctx, &config_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
-    if (shared_name_.empty()) {
-      static std::atomic<int64_t> counter{0};
-      shared_name_ = absl::StrCat("_tfps_table_", name(), "_", counter++);
-    }
+    OP_REQUIRES_OK(ctx, ParseResourceName(ctx, "_tfps_table_", &container_, &shared_name_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -201,18 +186,9 @@ class TableApplyGradientsOp : public TableOpKernel {
     OP_REQUIRES_OK(ctx, CheckRows(keys, grads, "gradients"));
     int64_t step = 0;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, 3, "step", &step));
-    const Tensor& rate = ctx->input(4);
-    OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(rate.shape()),
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Tfps>TableApplyGradients: learning_rate must be a scalar, got shape ",
-                    rate.shape().DebugString())));
-    const float learning_rate = rate.scalar<float>()();
-    // FTRL divides by the learning rate; the others take any finite rate (0: no change).
-    const bool ftrl = table.config().optimizer.kind == OptimizerKind::kFtrl;
-    OP_REQUIRES(ctx, std::isfinite(learning_rate) && (learning_rate < 0.0f || !ftrl || learning_rate > 0.0f),
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Tfps>TableApplyGradients: learning_rate must be finite", ftrl ? " and > 0 (FTRL)" : "",
-                    " (negative: the table's own), got ", learning_rate, "; no row was updated")));
+    float learning_rate = 0.0f;
+    OP_REQUIRES_OK(ctx, ParseLearningRate(ctx->input(4), table.config().optimizer.kind == OptimizerKind::kFtrl,
+                                          &learning_rate));
     const bool applied = table.ApplyGradients(
         KeyData(keys), keys.NumElements(), grads.flat<float>().data(), step, DeviceParallelFor(ctx),
         learning_rate);

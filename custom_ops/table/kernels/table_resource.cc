@@ -1,5 +1,6 @@
 #include "custom_ops/table/kernels/table_resource.h"
 
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -233,6 +234,46 @@ absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
     init.b = init_params[1];
   }
   return ParsePolicies(ctx, config);
+}
+
+absl::Status ParseResourceName(OpKernelConstruction* ctx, const std::string& prefix,
+                               std::string* container, std::string* shared_name) {
+  TF_RETURN_IF_ERROR(ctx->GetAttr("container", container));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("shared_name", shared_name));
+  if (shared_name->empty()) {
+    static std::atomic<int64_t> counter{0};
+    *shared_name = absl::StrCat(prefix, ctx->def().name(), "_", counter++);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLearningRate(const ::tensorflow::Tensor& rate, bool ftrl, float* out) {
+  if (!::tensorflow::TensorShapeUtils::IsScalar(rate.shape())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tfps>TableApplyGradients: learning_rate must be a scalar, got shape ", rate.shape().DebugString()));
+  }
+  *out = rate.scalar<float>()();
+  // FTRL divides by the learning rate; the others take any finite rate (0: no change).
+  if (!std::isfinite(*out) || (ftrl && *out == 0.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tfps>TableApplyGradients: learning_rate must be finite", ftrl ? " and > 0 (FTRL)" : "",
+        " (negative: the table's own), got ", *out, "; no row was updated"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckKeyedRows(const std::string& op, const ::tensorflow::Tensor& keys,
+                            const ::tensorflow::Tensor& rows, const char* rows_name, int64_t dim) {
+  if (keys.dims() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": keys must be a vector, got shape ", keys.shape().DebugString()));
+  }
+  if (rows.dims() != 2 || rows.dim_size(0) != keys.dim_size(0) || rows.dim_size(1) != dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", rows_name, " must have shape [num_keys, dim] = [", keys.dim_size(0), ", ", dim,
+        "], got ", rows.shape().DebugString()));
+  }
+  return absl::OkStatus();
 }
 
 ParallelFor DeviceParallelFor(OpKernelContext* ctx) {

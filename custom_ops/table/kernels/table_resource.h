@@ -56,6 +56,19 @@ std::string DescribeTableConfig(const TableConfig& config);
 // Parses create-op attributes into a table configuration; the error names the bad value.
 absl::Status ParseTableConfig(::tensorflow::OpKernelConstruction* ctx, TableConfig* config);
 
+// The create op's container and shared_name attributes; an empty shared_name becomes one
+// unique to this kernel (prefix, the node's name and a counter).
+absl::Status ParseResourceName(::tensorflow::OpKernelConstruction* ctx, const std::string& prefix,
+                               std::string* container, std::string* shared_name);
+
+// ApplyGradients' per-call learning rate: a finite scalar (FTRL's not 0; negative: the
+// table's own).
+absl::Status ParseLearningRate(const ::tensorflow::Tensor& rate, bool ftrl, float* out);
+
+// keys must be a vector [n] and rows (named rows_name in the error) [n, dim].
+absl::Status CheckKeyedRows(const std::string& op, const ::tensorflow::Tensor& keys,
+                            const ::tensorflow::Tensor& rows, const char* rows_name, int64_t dim);
+
 // The intra-op thread pool of the kernel's device as a core ParallelFor.
 ParallelFor DeviceParallelFor(::tensorflow::OpKernelContext* ctx);
 
