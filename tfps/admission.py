@@ -9,9 +9,9 @@ initial value) and its gradient is dropped. docs/admission_eviction.md compares 
 policies with Paddle's and DeepRec's.
 
 Counts of keys not yet admitted live on each parameter server in a count-min sketch of
-`sketch_bytes` (16-bit counters, 4 rows, conservative update; never an undercount), which
-halves its counters whenever half of them are in use so its error stays bounded however
-long the stream runs: a key has to gather its occurrences within about the time the
+`sketch_bytes` (16-bit counters, 4 rows, conservative update; no undercount between
+halvings), which halves its counters whenever half of them are in use so its error stays
+bounded however long the stream runs: a key has to gather its occurrences within about the time the
 sketch takes to fill. With `sketch_bytes=0` they are counted exactly instead (memory grows
 with the keys waiting).
 """

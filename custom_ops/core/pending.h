@@ -1,8 +1,8 @@
 // Occurrence counts of the keys that have no row yet, for admission; one per stripe, used
 // under the stripe's lock. Either a count-min sketch (kDepth rows of 16-bit counters, a
 // power-of-two width, conservative update: a key's counters rise only to its new
-// estimate), which never undercounts and overcounts a key only when all of its counters
-// are shared with heavier keys; it halves every counter whenever half of its first row is
+// estimate), which between halvings never undercounts, and overcounts a key only when all
+// of its counters are shared with heavier keys; it halves every counter whenever half of its first row is
 // in use, so its error stays bounded however long the stream runs (a key must gather its
 // count within about the time the sketch takes to fill). Or exact counts in an
 // open-addressing map (linear probing, backward-shift removal), which keeps every pending
