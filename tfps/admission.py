@@ -17,6 +17,7 @@ with the keys waiting).
 """
 
 from tfps import arguments
+from tfps import policy_registry
 
 DEFAULT_SKETCH_BYTES = 8 << 20
 
@@ -104,22 +105,14 @@ class Probability(AdmissionPolicy):
 _BY_NAME = {"MinCount": MinCount, "Probability": Probability}
 
 
-def serialize(policy):
-    return None if policy is None else {"class_name": type(policy).__name__,
-                                        "config": policy.get_config()}
+serialize = policy_registry.serialize
 
 
 def get(identifier):
     """A policy from an instance, a `serialize` dict, or None (every key admitted)."""
-    if identifier is None or isinstance(identifier, AdmissionPolicy):
-        return identifier
-    if isinstance(identifier, dict) and identifier.get("class_name") in _BY_NAME:
-        return _BY_NAME[identifier["class_name"]].from_config(identifier["config"])
     from tfps import eviction  # pylint: disable=import-outside-toplevel  (it imports nothing of this)
-    if isinstance(identifier, eviction.EvictionPolicy):
-        raise ValueError(f"{identifier!r} is an eviction policy: pass it as eviction=, not admission=")
-    raise ValueError(f"unknown tfps admission policy {identifier!r}; use "
-                     "tfps.admission.MinCount(n) or tfps.admission.Probability(p)")
+    return policy_registry.resolve(identifier, AdmissionPolicy, _BY_NAME, "admission", eviction.EvictionPolicy,
+                                   "eviction", "tfps.admission.MinCount(n) or tfps.admission.Probability(p)")
 
 
 def op_attrs(policy):

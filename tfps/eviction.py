@@ -18,6 +18,7 @@ applies record the clock as a row's last-seen step.
 import math
 
 from tfps import arguments
+from tfps import policy_registry
 
 
 class EvictionPolicy:
@@ -118,22 +119,14 @@ class LFU(EvictionPolicy):
 _BY_NAME = {cls.__name__: cls for cls in (TTL, DecayedFrequency, LRU, LFU)}
 
 
-def serialize(policy):
-    return None if policy is None else {"class_name": type(policy).__name__,
-                                        "config": policy.get_config()}
+serialize = policy_registry.serialize
 
 
 def get(identifier):
     """A policy from an instance, a `serialize` dict, or None (no eviction)."""
-    if identifier is None or isinstance(identifier, EvictionPolicy):
-        return identifier
-    if isinstance(identifier, dict) and identifier.get("class_name") in _BY_NAME:
-        return _BY_NAME[identifier["class_name"]].from_config(identifier["config"])
     from tfps import admission  # pylint: disable=import-outside-toplevel  (it imports nothing of this)
-    if isinstance(identifier, admission.AdmissionPolicy):
-        raise ValueError(f"{identifier!r} is an admission policy: pass it as admission=, not eviction=")
-    raise ValueError(f"unknown tfps eviction policy {identifier!r}; use tfps.eviction.TTL, "
-                     "DecayedFrequency, LRU or LFU")
+    return policy_registry.resolve(identifier, EvictionPolicy, _BY_NAME, "eviction", admission.AdmissionPolicy,
+                                   "admission", "tfps.eviction.TTL, DecayedFrequency, LRU or LFU")
 
 
 def op_attrs(policy, max_rows):
