@@ -10,7 +10,9 @@ of the same bytes per parameter server (created on those tasks) saved the same w
 the restores of both into the running tables and variables after 1% of the rows changed
 (and, for tfps, once more into emptied tables, as a new process restores); then 1% of the rows change and a save of changes runs
 (`tfps.checkpoint.changes_only()`), beside the time any checkpoint write takes here (one
-one-element variable); then `save_for_serving` exports the table. Around each
+one-element variable); then the model is backed up as IncrementalBackup does
+(`tfps.checkpoint.TracedWriter`), whole and of 1% changes; then `save_for_serving`
+exports the table. Around each
 operation (saves and restores: the median of 3 runs, tfps and stock taking turns) every process's peak RSS is reset (/proc/PID/clear_refs) and read back (VmHWM),
 so "extra" is the peak above the RSS before (for restores, above the RSS after as well:
 the rows a restore brings back are not extra), measured in each process itself. Prints one JSON line per size and a summary
@@ -148,13 +150,34 @@ def run_cluster_task(args):
     # 1% of the rows change; a save of changes writes just those (median of REPEATS, each
     # after its own 1%). Beside it, the floor of any checkpoint write in this cluster: one
     # one-element variable on a parameter server.
+    def change_one_percent(repeat):
+        fill(tf.constant(repeat, tf.int64), num_keys // 100, 100)
+        table.shard_sizes()  # the fill has run on every parameter server before any timing
+
     deltas = []
     for repeat in range(REPEATS):
-        fill(tf.constant(repeat, tf.int64), num_keys // 100, 100)
+        change_one_percent(repeat)
         with tfps.checkpoint.changes_only():
             deltas.append(timed("tfps_delta_save", lambda: table_ckpt.write(f"{table_path}-delta{repeat}")))
     record.update(sorted(deltas, key=lambda r: r["tfps_delta_save_s"])[len(deltas) // 2])
     record["delta_bytes"] = sum(os.path.getsize(p) for p in glob.glob(table_path + "-delta0-tfps*"))
+    # As IncrementalBackup writes: the whole model (table, dense layers, optimizer) through
+    # a TracedWriter, whole and then of changes after 1% of the rows changed (one pair first
+    # traces both functions).
+    writer = tfps.checkpoint.TracedWriter(tf.train.Checkpoint(model=model))
+    backups = {"backup_whole": [], "backup_delta": []}
+    for repeat in range(REPEATS + 1):
+        whole = timed("backup_whole", lambda: writer.write(f"{table_path}-backup{repeat}"))
+        change_one_percent(repeat + 10)
+        delta = timed("backup_delta", lambda: writer.write(f"{table_path}-backup{repeat}-delta",
+                                                           changes_only=True))
+        if repeat > 0:
+            backups["backup_whole"].append(whole)
+            backups["backup_delta"].append(delta)
+        for path in glob.glob(f"{table_path}-backup{repeat}*"):
+            os.remove(path)
+    for name, results in backups.items():
+        record.update(sorted(results, key=lambda r: r[f"{name}_s"])[len(results) // 2])
     with tf.device(devices[0]):
         tiny = tf.train.Checkpoint(v=tf.Variable([0.0]))
     floor = sorted(timed("floor", lambda: tiny.write(os.path.join(args.dir, f"tiny{i}")))["floor_s"]
@@ -176,6 +199,8 @@ def summarize(record):
                                    record["tfps_restore_chief_extra_mib"]),
             "delta_1pct_vs_full_save_time": round(record["tfps_delta_save_s"] / record["tfps_save_s"], 3),
             "delta_1pct_s": record["tfps_delta_save_s"],
+            "backup_delta_1pct_vs_whole_time": round(record["backup_delta_s"] / record["backup_whole_s"], 3),
+            "backup_whole_s": record["backup_whole_s"], "backup_delta_1pct_s": record["backup_delta_s"],
             "checkpoint_write_floor_s": record["checkpoint_write_floor_s"],
             "export_s": record["export_s"], "export_chief_extra_mib": record["export_chief_extra_mib"],
             "ps_extra_mib": ps_extra, "ps_extra_limit_mib": round(64 + 0.02 * table_mib, 1),

@@ -242,6 +242,33 @@ def test_whole_then_changes_restore_the_latest_table(tmp_path, saved_shards, res
     assert_same_rows(sorted_rows(restored), latest)
 
 
+def test_traced_writer_saves_current_values_and_objects_added_after_tracing(tmp_path):
+    table = trained_table(tfps.DynamicTable(DIM, optimizer="adam"))
+    dense = tf.Variable([1.0, 2.0])
+    checkpoint = tf.train.Checkpoint(table=table, dense=dense)
+    writer = tfps.checkpoint.TracedWriter(checkpoint)
+    paths = [writer.write(str(tmp_path / "whole"))]
+    for i in range(3):
+        change(table)
+        dense.assign([10.0 * i, -1.0])
+        paths.append(writer.write(str(tmp_path / f"delta{i}"), changes_only=True))
+    # Deltas after the first reuse its trace; the restore below needs every value they hold.
+    assert writer._traced[True][1].experimental_get_tracing_count() == 1
+    checkpoint.extra = tf.Variable(7.0)  # a new object: the next write traces again
+    change(table)
+    paths.append(writer.write(str(tmp_path / "delta3"), changes_only=True))
+    assert "extra/.ATTRIBUTES/VARIABLE_VALUE" in dict(tf.train.list_variables(paths[-1]))
+    restored_table, restored_dense = tfps.DynamicTable(DIM, optimizer="adam"), tf.Variable([0.0, 0.0])
+    restored = tf.train.Checkpoint(table=restored_table, dense=restored_dense, extra=tf.Variable(0.0))
+    for path in paths:
+        restored.read(path).expect_partial()
+    assert_same_rows(sorted_rows(restored_table), sorted_rows(table))
+    np.testing.assert_array_equal(restored_dense.numpy(), [20.0, -1.0])
+    assert restored.extra.numpy() == 7.0
+    # A delta holds the 40 changed and 5 new rows only.
+    assert tf.train.load_checkpoint(paths[1]).get_tensor("table/rows").tolist() == [45]
+
+
 def test_a_table_cleared_since_its_last_save_saves_whole_under_changes_only(tmp_path):
     table = trained_table(tfps.DynamicTable(DIM))
     checkpoint = tf.train.Checkpoint(table=table)

@@ -103,6 +103,7 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
             model=model, ckpt_saved_epoch=self._ckpt_saved_epoch,
             ckpt_saved_batch=self._ckpt_saved_batch,
             train_counter=model._train_counter)  # pylint: disable=protected-access
+        self._writer = checkpoint_lib.TracedWriter(self._checkpoint)
         self._full_every = full_every
         self._chain, self._next = self._read_chain()
 
@@ -127,11 +128,7 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         whole = not self._chain or len(self._chain) >= self._full_every
         name = f"ckpt-{self._next}"
         prefix = os.path.join(self._directory, name)
-        if whole:
-            self._checkpoint.write(prefix)
-        else:
-            with checkpoint_lib.changes_only():
-                self._checkpoint.write(prefix)
+        self._writer.write(prefix, changes_only=not whole)
         dropped = self._chain if whole else []
         self._chain = [name] if whole else self._chain + [name]
         self._next += 1

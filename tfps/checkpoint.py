@@ -51,8 +51,42 @@ def changes_only():
     save (after `clear()` or a failed save) writes one instead. Takes time and space in
     proportion to the rows changed. tfps.callbacks.IncrementalBackup manages such chains.
     """
+    with _changes_only_set(True):
+        yield
+
+
+class TracedWriter:
+    """Writes one tf.train.Checkpoint, whole or (`changes_only=True`) of changes, through a
+    traced function per kind, traced again only when the objects the checkpoint reaches
+    change (a variable created, a layer added).
+
+    An eager `Checkpoint.write` whose variables live on several tasks (as under
+    ParameterServerStrategy) traces its save function anew on every call; for a small
+    save of changes, that tracing is most of the cost. Values are read when the function
+    runs, so each write holds the variables' current values.
+    """
+
+    def __init__(self, checkpoint):
+        self._checkpoint = checkpoint
+        self._traced = {}  # changes_only -> (objects signature, function)
+
+    def write(self, file_prefix, changes_only=False):
+        signature = tuple(id(o) for o in tf.train.TrackableView(self._checkpoint).descendants())
+        known = self._traced.get(changes_only)
+        if known is None or known[0] != signature:
+            function = tf.function(lambda prefix: self._checkpoint.write(prefix), autograph=False)
+            with _changes_only_set(changes_only):
+                function.get_concrete_function(tf.TensorSpec([], tf.string))
+            known = self._traced[changes_only] = (signature, function)
+        with _changes_only_set(changes_only):  # in case tf.function traces it once more
+            known[1](tf.constant(file_prefix, tf.string))
+        return file_prefix
+
+
+@contextlib.contextmanager
+def _changes_only_set(value):
     previous = _mode.changes_only
-    _mode.changes_only = True
+    _mode.changes_only = value
     try:
         yield
     finally:
