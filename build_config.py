@@ -12,6 +12,7 @@ CORE_SOURCES = [
     "custom_ops/core/pending.cc",
     "custom_ops/core/table.cc",
     "custom_ops/core/table_save.cc",
+    "custom_ops/core/table_serving.cc",
 ]
 
 OP_SOURCES = [
@@ -22,6 +23,8 @@ OP_SOURCES = [
     "custom_ops/table/kernels/row_file.cc",
     "custom_ops/table/kernels/checkpoint_kernels.cc",
     "custom_ops/table/kernels/row_output.cc",
+    "custom_ops/table/ops/export_ops.cc",
+    "custom_ops/table/kernels/export_kernels.cc",
     "custom_ops/table/kernels/build_info.cc",
     "custom_ops/metrics/ops/metric_ops.cc",
     "custom_ops/metrics/kernels/histogram_auc_kernel.cc",

@@ -203,6 +203,7 @@ def summarize(record):
             "backup_whole_s": record["backup_whole_s"], "backup_delta_1pct_s": record["backup_delta_s"],
             "checkpoint_write_floor_s": record["checkpoint_write_floor_s"],
             "export_s": record["export_s"], "export_chief_extra_mib": record["export_chief_extra_mib"],
+            "export_ps_extra_mib": max(v for k, v in record.items() if k.startswith("export_ps")),
             "ps_extra_mib": ps_extra, "ps_extra_limit_mib": round(64 + 0.02 * table_mib, 1),
             "restored_rows_equal": record["restored_rows_equal"]}
 

@@ -230,7 +230,7 @@ def test_export_of_a_model_trained_under_parameter_server_strategy(tmp_path):
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 3, 7])
-def test_serving_routes_keys_to_frozen_shards_as_training_does(num_shards):
+def test_serving_routes_keys_to_frozen_shards_as_training_does(num_shards, tmp_path):
     from tfps import stock_ops
     keys = np.concatenate([np.random.default_rng(0).integers(-(1 << 63), (1 << 63) - 1, 5000, dtype=np.int64),
                            [0, -1, -(1 << 63), (1 << 63) - 1]]).astype(np.int64)
@@ -239,7 +239,13 @@ def test_serving_routes_keys_to_frozen_shards_as_training_does(num_shards):
     table = tfps.sharded_table.ShardedTable(3, devices=["/cpu:0"] * num_shards)
     table.insert(keys, np.arange(len(keys) * 3, dtype=np.float32).reshape(-1, 3))
     layer = type("Layer", (), {"table": table, "name": "t"})()
-    frozen = tfps.export.freeze(layer)
+    frozen, prefixes, variables = tfps.export.freeze(layer, str(tmp_path), "t")
+    # The shards' bundles hold the rows the stand-ins get in a loaded SavedModel.
+    for i, prefix in enumerate(prefixes):
+        for part in ("order", "values"):
+            key = f"frozen_rows/t_shard{i}_{part}/.ATTRIBUTES/VARIABLE_VALUE"
+            variables[f"t_shard{i}_{part}"].assign(tf.train.load_checkpoint(prefix).get_tensor(key))
+    assert [shard.num_rows for shard in frozen.shards] == table.shard_sizes()
     rows, exists = frozen.find(tf.constant(np.append(keys, 12345)))
     np.testing.assert_array_equal(rows.numpy()[:-1], table.find(keys).numpy())
     assert exists.numpy()[:-1].all() and not exists.numpy()[-1]

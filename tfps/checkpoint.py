@@ -16,7 +16,6 @@ CheckpointManager deletes old checkpoints by their `.index` and `.data-*` files;
 extends that deletion to the table files of the same prefix.
 """
 
-import concurrent.futures
 import contextlib
 import functools
 import threading
@@ -27,7 +26,7 @@ from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.saved_model import registration
 
 from tfps._ops import ops
-from tfps.sharded_table import ShardedTable
+from tfps.sharded_table import ShardedTable, on_every_shard
 from tfps.table import DynamicTable
 
 SAVER_NAME = "tfps.DynamicTable"  # package.name of the registration below
@@ -120,7 +119,7 @@ def _save(trackables, file_prefix):
             with tf.device(shard.resource_handle.device):
                 return ops.tfps_table_save(shard.resource_handle, file_prefix + suffix, i,
                                            len(shards), changes_only=changes).rows
-        rows = _on_every_shard([functools.partial(save_shard, i, shard, suffix)
+        rows = on_every_shard([functools.partial(save_shard, i, shard, suffix)
                                 for i, (shard, suffix) in enumerate(zip(shards, suffixes))])
         names += _manifest_names(key)
         tensors += [tf.stack([base + suffix for suffix in suffixes]), tf.stack(rows),
@@ -165,10 +164,10 @@ def _check_then_restore(shards, reads):
         with tf.device(table_shard.resource_handle.device):
             return ops.tfps_table_restore(table_shard.resource_handle, shard_paths, shard_rows,
                                           i, len(shards), records_verified=True)
-    checks = _on_every_shard([functools.partial(check, table_shard, *read)
+    checks = on_every_shard([functools.partial(check, table_shard, *read)
                               for table_shard, read in zip(shards, reads)])
     with tf.control_dependencies(checks):
-        return _on_every_shard([functools.partial(restore, i, table_shard, *read)
+        return on_every_shard([functools.partial(restore, i, table_shard, *read)
                                 for i, (table_shard, read) in enumerate(zip(shards, reads))])
 
 
@@ -188,7 +187,7 @@ def snapshot(table):
             data = tf.io.read_file(path)
             tf.io.write_file(path, "")  # the in-memory file system keeps nothing
         return data.numpy(), int(rows)
-    return _on_every_shard([functools.partial(one, i, shard) for i, shard in enumerate(shards)])
+    return on_every_shard([functools.partial(one, i, shard) for i, shard in enumerate(shards)])
 
 
 def restore_snapshot(table, files):
@@ -214,16 +213,6 @@ def restore_snapshot(table, files):
             with tf.device(shard.resource_handle.device):
                 for path in paths:
                     tf.io.write_file(path, "")
-
-
-def _on_every_shard(calls):
-    """Runs each shard's op-building call; their results in order. Eagerly, each op blocks
-    until its parameter server is done, so the shards' calls run in threads of their own,
-    every shard working at once; in a graph the runtime runs them in parallel anyway."""
-    if len(calls) < 2 or not tf.executing_eagerly():
-        return [call() for call in calls]
-    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
-        return list(pool.map(lambda call: call(), calls))
 
 
 def _check_layout(key, layout, table):

@@ -1,8 +1,17 @@
 """Export a trained model as a SavedModel that stock TensorFlow and TF Serving load with no
-tfps ops: every shard of every dynamic table is frozen into sorted keys and a values
-matrix, looked up with tf.searchsorted and tf.gather after the same routing as in
-training."""
+tfps ops.
 
+Each shard of each dynamic table becomes two variables: the serving order of its keys
+(stock_ops.serving_order, ascending) and its values in that order, looked up with
+tf.searchsorted and tf.gather after the same routing as in training. Each shard writes
+its own rows into the SavedModel's variables (Tfps>TableExportForServing, on its
+parameter server), one table stripe at a time, so no row passes through the chief and no
+shard is ever whole in memory. The SavedModel is saved with empty stand-ins for those
+variables; the chief then merges the dense variables with the shards' files
+(MergeV2Checkpoints), as a checkpoint of several tasks is merged.
+"""
+
+import functools
 import os
 import shutil
 import uuid
@@ -11,26 +20,40 @@ import numpy as np
 import tensorflow as tf
 
 from tfps import stock_ops
+from tfps._ops import ops
+from tfps.sharded_table import on_every_shard
+
+_VARIABLE_KEY = "frozen_rows/{}/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class FrozenTable(tf.Module):
-    """The rows of one table shard as stock variables: sorted int64 keys [n] and values
-    [n, dim] (float32 or float16)."""
+    """The rows of one table shard for serving: `order` int64 [n], the serving order of its
+    keys ascending, and `values` [n, dim] in that order: float32, or float16 values as
+    their int16 bit patterns (as the export op writes them). Created empty (their first
+    dimension unknown): the export writes the rows into the SavedModel."""
 
-    def __init__(self, keys, values, name=None):
+    def __init__(self, num_rows, dim, value_dtype, name=None):
         super().__init__(name=name)
-        self.num_rows = int(keys.shape[0])
-        self.keys = tf.Variable(keys, trainable=False, name="keys")
-        self.values = tf.Variable(values, trainable=False, name="values")
+        self.num_rows = num_rows
+        self.value_dtype = value_dtype
+        stored = tf.int16 if value_dtype == tf.float16 else tf.float32
+        self.order = tf.Variable(tf.zeros([0], tf.int64), shape=[None], trainable=False, name="order")
+        self.values = tf.Variable(tf.zeros([0, dim], stored), shape=[None, dim],
+                                  trainable=False, name="values")
 
     def find(self, keys):
         """(float32 rows [n, dim], exists [n]) of int64 keys [n]; absent rows are zeros."""
         if self.num_rows == 0:
             return (tf.zeros([tf.shape(keys)[0], self.values.shape[1]], tf.float32),
                     tf.zeros(tf.shape(keys), tf.bool))
-        position = tf.minimum(tf.searchsorted(self.keys, keys, out_type=tf.int64), self.num_rows - 1)
-        exists = tf.equal(tf.gather(self.keys, position), keys)
-        rows = tf.cast(tf.gather(self.values, position), tf.float32)
+        order = stock_ops.serving_order(keys)
+        last = tf.shape(self.order, out_type=tf.int64)[0] - 1
+        position = tf.minimum(tf.searchsorted(self.order, order, out_type=tf.int64), last)
+        exists = tf.equal(tf.gather(self.order, position), order)
+        rows = tf.gather(self.values, position)
+        if self.value_dtype == tf.float16:
+            rows = tf.bitcast(rows, tf.float16)
+        rows = tf.cast(rows, tf.float32)
         return tf.where(exists[:, None], rows, 0.0), exists
 
 
@@ -57,42 +80,72 @@ class ShardedFrozenTable(tf.Module):
                 tf.dynamic_stitch(positions, [exists for _, exists in found]))
 
 
-def freeze(layer, min_count=None, value_dtype=None):
-    """A ShardedFrozenTable of a DynamicEmbedding's table, keeping rows whose occurrence
-    count is >= min_count. Each shard is frozen on its own device: under
-    ParameterServerStrategy its parameter server sorts its rows into variables it holds,
-    and a SavedModel save writes them from there, so no row passes through the chief."""
-    value_dtype = tf.as_dtype(np.dtype(value_dtype or np.float32))
+def _value_dtype(value_dtype):
+    if not isinstance(value_dtype, tf.dtypes.DType):
+        value_dtype = tf.as_dtype(np.dtype(value_dtype or np.float32))
     if value_dtype not in (tf.float32, tf.float16):
         raise ValueError(f"save_for_serving: value_dtype must be float32 or float16, got "
                          f"{value_dtype.name}")
-    frozen = []
-    for i, shard in enumerate(layer.table.shards):
+    return value_dtype
+
+
+def freeze(layer, directory, table_name, min_count=None, value_dtype=None):
+    """Writes the rows of a DynamicEmbedding's table whose occurrence count is >= min_count
+    as one tensor bundle per shard, `directory/<table_name>_shard<i>`, each written by its
+    shard's device (under ParameterServerStrategy, its parameter server), all shards at
+    once. Returns (a ShardedFrozenTable of empty stand-ins with the row counts, the
+    bundles' prefixes, {stand-in name: variable}); the bundles hold the rows under the keys
+    the SavedModel gives the stand-ins when tracked as `frozen_rows/<stand-in name>`."""
+    value_dtype = _value_dtype(value_dtype)
+    shards = layer.table.shards
+    names = [(f"{table_name}_shard{i}_order", f"{table_name}_shard{i}_values") for i in range(len(shards))]
+    prefixes = [os.path.join(directory, f"{table_name}_shard{i}") for i in range(len(shards))]
+
+    def write(i):
+        with tf.device(shards[i].resource_handle.device):
+            try:
+                return int(ops.tfps_table_export_for_serving(
+                    shards[i].resource_handle, prefixes[i], hashes_key=_VARIABLE_KEY.format(names[i][0]),
+                    values_key=_VARIABLE_KEY.format(names[i][1]), value_dtype=value_dtype,
+                    min_count=0 if min_count is None else int(min_count)))
+            except tf.errors.InvalidArgumentError as e:
+                if "float16 cannot hold" not in e.message:
+                    raise
+                raise ValueError(
+                    f"save_for_serving: value_dtype=float16 cannot hold the rows of '{layer.name}' "
+                    f"(shard {i}: {e.message.splitlines()[0]}), which would be served as inf; "
+                    "export in float32") from None
+    rows = on_every_shard([functools.partial(write, i) for i in range(len(shards))])
+    frozen, variables = [], {}
+    for i, (shard, n) in enumerate(zip(shards, rows)):
         with tf.device(shard.resource_handle.device):
-            rows = shard.export()
-            keys, values = rows.keys, rows.values
-            if min_count is not None:
-                keep = rows.metadata[:, 0] >= min_count
-                keys, values = tf.boolean_mask(keys, keep), tf.boolean_mask(values, keep)
-            if value_dtype == tf.float16:
-                _check_float16_range(layer.name, i, values)
-            order = tf.argsort(keys, stable=True)
-            frozen.append(FrozenTable(tf.gather(keys, order), tf.cast(tf.gather(values, order), value_dtype),
-                                      name=f"{layer.name}_frozen{i}"))
-    return ShardedFrozenTable(frozen, name=f"{layer.name}_frozen")
+            frozen.append(FrozenTable(n, layer.table.dim, value_dtype, name=f"{layer.name}_frozen{i}"))
+        variables[names[i][0]], variables[names[i][1]] = frozen[-1].order, frozen[-1].values
+    return ShardedFrozenTable(frozen, name=f"{layer.name}_frozen"), prefixes, variables
 
 
-_FLOAT16_MAX = float(np.finfo(np.float16).max)
-
-
-def _check_float16_range(layer_name, shard, values):
-    """Refuses rows float16 would serve as inf, before anything is written."""
-    largest = float(tf.reduce_max(tf.abs(values))) if tf.size(values) > 0 else 0.0
-    if largest > _FLOAT16_MAX:
-        raise ValueError(
-            f"save_for_serving: value_dtype=float16 cannot hold the rows of '{layer_name}' "
-            f"(shard {shard} has a value of magnitude {largest:g}, beyond float16's "
-            f"{_FLOAT16_MAX:g}, which would be served as inf); export in float32")
+def _merge_rows_into(variables_prefix, row_bundles, row_keys, scratch):
+    """Replaces the stand-ins' entries in the SavedModel's variables (`variables_prefix`)
+    with the shards' bundles: the other entries (dense variables, the object graph) are
+    copied into a bundle of their own on the chief, and all are merged into one."""
+    dtypes = tf.train.load_checkpoint(variables_prefix).get_variable_to_dtype_map()
+    missing = sorted(set(row_keys) - set(dtypes))
+    if missing:
+        raise RuntimeError(f"save_for_serving: the SavedModel names its variables differently "
+                           f"than expected (no {missing[:2]}); this TensorFlow version is not supported")
+    others = sorted(set(dtypes) - set(row_keys))
+    dense = os.path.join(scratch, "dense")
+    with tf.device("CPU:0"):
+        tensors = tf.raw_ops.RestoreV2(prefix=variables_prefix, tensor_names=others,
+                                       shape_and_slices=[""] * len(others),
+                                       dtypes=[dtypes[k] for k in others])
+        tf.raw_ops.SaveV2(prefix=dense, tensor_names=others, shape_and_slices=[""] * len(others),
+                          tensors=tensors)
+        del tensors
+        for path in tf.io.gfile.glob(variables_prefix + ".*"):
+            tf.io.gfile.remove(path)
+        tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=[dense] + list(row_bundles),
+                                      destination_prefix=variables_prefix, delete_old_dirs=True)
 
 
 def _dynamic_embeddings(model):
@@ -186,8 +239,7 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
     if not layers:
         raise ValueError("save_for_serving: the model has no tfps DynamicEmbedding layer; "
                          "use tf.saved_model.save for it")
-    module = _ServingModule()
-    module.frozen_tables = [freeze(layer, min_count, value_dtype) for layer in layers]
+    value_dtype = _value_dtype(value_dtype)
     signature, model_inputs = _serving_inputs(model, signatures)
 
     @tf.function(input_signature=signature)
@@ -200,16 +252,33 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         os.mkdir(tmp)
     except OSError as e:
         raise PermissionError(f"save_for_serving: cannot write into {parent}: {e}") from e
-    # Saving may trace `serve` again, so the layers use their frozen tables until it is done.
-    for layer, frozen in zip(layers, module.frozen_tables):
-        layer._serving_table = frozen  # pylint: disable=protected-access
+    scratch = os.path.join(tmp, "variables", "tfps-rows")
     try:
+        tf.io.gfile.makedirs(scratch)
+        module = _ServingModule()
+        frozen_tables, bundles, row_variables = [], [], {}
+        for index, layer in enumerate(layers):
+            frozen, prefixes, variables = freeze(layer, scratch, f"table{index}", min_count, value_dtype)
+            frozen_tables.append(frozen)
+            bundles += prefixes
+            row_variables.update(variables)
+        # The stand-ins are tracked at one short path each, which names their entries in
+        # the SavedModel's variables (the keys the shards' bundles already use).
+        module.frozen_rows = row_variables
+        # Saving may trace `serve` again, so the layers use their frozen tables until it is done.
+        for layer, frozen in zip(layers, frozen_tables):
+            layer._serving_table = frozen  # pylint: disable=protected-access
         concrete = serve.get_concrete_function()
         module.serve = serve
         # Track exactly the variables the serving graph reads (dense weights and frozen
         # rows), not the layers, whose table resources would need tfps ops to load.
-        module.variables_read = list(concrete.variables)
+        stand_ins = {id(v) for v in row_variables.values()}
+        module.variables_read = [v for v in concrete.variables if id(v) not in stand_ins]
         tf.saved_model.save(module, tmp, signatures={"serving_default": concrete})
+        _merge_rows_into(os.path.join(tmp, "variables", "variables"), bundles,
+                         [_VARIABLE_KEY.format(name) for name in row_variables], scratch)
+        if tf.io.gfile.exists(scratch):
+            tf.io.gfile.rmtree(scratch)
         os.rename(tmp, export_dir)
     finally:
         for layer in layers:
@@ -218,4 +287,4 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
             shutil.rmtree(tmp, ignore_errors=True)
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(export_dir) for f in files)
     return {"export_dir": export_dir, "bytes": size,
-            "rows": {layer.name: frozen.num_rows for layer, frozen in zip(layers, module.frozen_tables)}}
+            "rows": {layer.name: frozen.num_rows for layer, frozen in zip(layers, frozen_tables)}}

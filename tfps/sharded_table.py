@@ -1,5 +1,7 @@
 """A dynamic table split into shards, one per parameter-server task."""
 
+import concurrent.futures
+
 import tensorflow as tf
 from tensorflow.python.saved_model import registration
 from tensorflow.python.trackable import base as trackable_base
@@ -21,6 +23,16 @@ def parameter_server_devices(strategy=None):
             num_ps = strategy.extended._cluster_spec.num_tasks("ps")  # pylint: disable=protected-access
         return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(num_ps)]
     return [None]
+
+
+def on_every_shard(calls):
+    """Runs each shard's op-building call; their results in order. Eagerly, each op blocks
+    until its parameter server is done, so the shards' calls run in threads of their own,
+    every shard working at once; in a graph the runtime runs them in parallel anyway."""
+    if len(calls) < 2 or not tf.executing_eagerly():
+        return [call() for call in calls]
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda call: call(), calls))
 
 
 @registration.register_serializable(package="tfps", name="ShardedTable")

@@ -29,6 +29,14 @@ def shard_of(keys, num_shards):
     return tf.cast(shard, tf.int32)
 
 
+def serving_order(keys):
+    """As Tfps>TableExportForServing orders rows: int64 TableHash of each int64 key with its
+    top bit flipped, so int64 order is the hash's unsigned order. TableHash is a bijection,
+    so equal orders mean equal keys."""
+    h = mix64(tf.bitwise.bitwise_xor(tf.bitcast(keys, _U64), _c(0x2545F4914F6CDD1D)))
+    return tf.bitcast(tf.bitwise.bitwise_xor(h, _c(1 << 63)), tf.int64)
+
+
 def namespaced_keys(ids, namespaces):
     """As the Tfps>NamespacedKeys op: int64 keys of int32/int64/uint64 IDs."""
     if ids.dtype == tf.uint64:

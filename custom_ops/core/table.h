@@ -204,6 +204,23 @@ class Table {
   void MarkSaved();
   void SaveFailed() { needs_full_save_.store(true); }
 
+  // Serving exports read the rows in two passes: SelectForServing picks the live rows whose
+  // occurrence count is at least min_count (a bit per row number), and ReadSelected then
+  // reads one stripe's picks sorted by TableHash; stripes are ranges of TableHash, so
+  // stripe after stripe the table comes out in hash order, one stripe in memory at a
+  // time. Rows never move, so the picks stay valid while training goes on (a row changed
+  // in between is read as it is then); only a Clear or restore in between, which shrinks
+  // the stripes, makes ReadSelected return false.
+  struct ServingSelection {
+    std::vector<std::vector<uint64_t>> picked;  // per stripe, a bit per row number
+    std::vector<int64_t> rows;                   // per stripe
+    float max_abs_value = 0.0f;
+  };
+  ServingSelection SelectForServing(int64_t min_count) const;
+  // The picked rows of `stripe`: hashes[i] is the TableHash of row i's key, ascending.
+  bool ReadSelected(const ServingSelection& selection, int stripe, std::vector<uint64_t>* hashes,
+                    std::vector<float>* values) const;
+
   // Admission and eviction state beyond the rows, for checkpoints. Counters: admitted,
   // rejected, evicted (the statistics of those names).
   void Counters(int64_t out[3]) const;

@@ -1,0 +1,127 @@
+// CPU kernel that exports a table shard to serving: the rows go from the table into a
+// tensor bundle one stripe at a time (tensor slices), so memory beyond the table stays at
+// a bit per row and one stripe's rows.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "custom_ops/core/hashing.h"
+#include "custom_ops/table/kernels/table_resource.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/op_requires.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_slice.h"
+#include "tensorflow/core/util/tensor_bundle/tensor_bundle.h"
+
+namespace tfps {
+namespace {
+
+using ::tensorflow::DataType;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::TensorSlice;
+
+constexpr char kOp[] = "Tfps>TableExportForServing";
+constexpr float kFloat16Max = 65504.0f;
+constexpr uint64_t kTopBit = uint64_t{1} << 63;
+
+class TableExportForServingOp : public OpKernel {
+ public:
+  explicit TableExportForServingOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("hashes_key", &hashes_key_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("values_key", &values_key_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("value_dtype", &value_dtype_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("min_count", &min_count_));
+    OP_REQUIRES(ctx, !hashes_key_.empty() && !values_key_.empty() && hashes_key_ != values_key_,
+                absl::InvalidArgumentError(absl::StrCat(
+                    kOp, ": hashes_key and values_key must be two different non-empty names")));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> resource;
+    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &resource));
+    const Tensor& prefix = ctx->input(1);
+    OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(prefix.shape()),
+                absl::InvalidArgumentError(absl::StrCat(kOp, ": prefix must be a scalar, got shape ",
+                                                        prefix.shape().DebugString())));
+    const Table& table = resource->table();
+    const Table::ServingSelection selection = table.SelectForServing(min_count_);
+    OP_REQUIRES(ctx, value_dtype_ != ::tensorflow::DT_HALF || selection.max_abs_value <= kFloat16Max,
+                absl::InvalidArgumentError(absl::StrCat(
+                    kOp, ": float16 cannot hold a value of magnitude ", selection.max_abs_value,
+                    " (beyond float16's ", kFloat16Max, ") of table '", resource->name(), "'")));
+    int64_t rows = 0;
+    for (int64_t n : selection.rows) rows += n;
+    OP_REQUIRES_OK(ctx, Write(ctx, table, selection, rows, prefix.scalar<::tensorflow::tstring>()(),
+                              resource->name()));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = rows;
+  }
+
+ private:
+  absl::Status Write(OpKernelContext* ctx, const Table& table, const Table::ServingSelection& selection,
+                     int64_t rows, const std::string& prefix, const std::string& name) {
+    const int64_t dim = table.dim();
+    ::tensorflow::BundleWriter writer(ctx->env(), prefix);
+    TF_RETURN_IF_ERROR(writer.status());
+    const TensorShape hashes_shape({rows}), values_shape({rows, dim});
+    if (rows == 0) {
+      TF_RETURN_IF_ERROR(writer.Add(hashes_key_, Tensor(::tensorflow::DT_INT64, hashes_shape)));
+      TF_RETURN_IF_ERROR(writer.Add(values_key_, Tensor(StoredType(), values_shape)));
+      return writer.Finish();
+    }
+    std::vector<uint64_t> hashes;
+    std::vector<float> values;
+    int64_t offset = 0;
+    for (int s = 0; s < static_cast<int>(selection.rows.size()); ++s) {
+      if (selection.rows[s] == 0) continue;
+      if (!table.ReadSelected(selection, s, &hashes, &values)) {
+        return absl::AbortedError(absl::StrCat(kOp, ": table '", name, "' was cleared or restored "
+                                               "while it was being exported; export it again"));
+      }
+      const int64_t n = static_cast<int64_t>(hashes.size());
+      Tensor hashes_slice(::tensorflow::DT_INT64, TensorShape({n}));
+      auto h = hashes_slice.flat<int64_t>();
+      for (int64_t i = 0; i < n; ++i) h(i) = static_cast<int64_t>(hashes[i] ^ kTopBit);
+      Tensor values_slice(StoredType(), TensorShape({n, dim}));
+      if (value_dtype_ == ::tensorflow::DT_HALF) {
+        auto v = values_slice.flat<int16_t>();
+        for (int64_t i = 0; i < n * dim; ++i) {
+          v(i) = static_cast<int16_t>(Eigen::numext::bit_cast<uint16_t>(static_cast<Eigen::half>(values[i])));
+        }
+      } else {
+        std::copy(values.begin(), values.end(), values_slice.flat<float>().data());
+      }
+      TensorSlice hashes_part(1), values_part(2);
+      hashes_part.set_start(0, offset);
+      hashes_part.set_length(0, n);
+      values_part.set_start(0, offset);
+      values_part.set_length(0, n);
+      TF_RETURN_IF_ERROR(writer.AddSlice(hashes_key_, hashes_shape, hashes_part, hashes_slice));
+      TF_RETURN_IF_ERROR(writer.AddSlice(values_key_, values_shape, values_part, values_slice));
+      offset += n;
+    }
+    return writer.Finish();
+  }
+
+  // Bundles cannot read back float16 tensors written in slices, so float16 values are
+  // stored as their int16 bit patterns.
+  DataType StoredType() const {
+    return value_dtype_ == ::tensorflow::DT_HALF ? ::tensorflow::DT_INT16 : ::tensorflow::DT_FLOAT;
+  }
+
+  std::string hashes_key_, values_key_;
+  DataType value_dtype_;
+  int64_t min_count_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableExportForServing").Device(::tensorflow::DEVICE_CPU),
+                        TableExportForServingOp);
+
+}  // namespace
+}  // namespace tfps

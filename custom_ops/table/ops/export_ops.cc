@@ -1,0 +1,37 @@
+// Op registration for exporting a table shard to serving: its rows written straight into
+// a TensorFlow tensor bundle (the variables of a SavedModel), never whole in memory.
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfps {
+
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+REGISTER_OP("Tfps>TableExportForServing")
+    .Input("table_handle: resource")
+    .Input("prefix: string")
+    .Output("rows: int64")
+    .Attr("hashes_key: string")
+    .Attr("values_key: string")
+    .Attr("value_dtype: {float, half} = DT_FLOAT")
+    .Attr("min_count: int = 0")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Writes the shard's rows whose occurrence count is at least `min_count` as a tensor bundle
+at `prefix` (`prefix.index`, `prefix.data-00000-of-00001`) holding two tensors: under
+`hashes_key` int64 [n], the TableHash of each row's key with its top bit flipped
+(ascending as int64, so stock tf.searchsorted finds a key), and under `values_key` the
+rows' values [n, dim] in the same order: float32, or for `value_dtype` half the int16 bit
+patterns of float16 values (bundles cannot read float16 tensors written in slices). Written one table stripe at a
+time as slices of the two tensors; a float16 export refuses values beyond float16's range
+before writing anything. Returns n.
+)doc");
+
+}  // namespace tfps
