@@ -12,8 +12,10 @@ the restores of both into the running tables and variables after 1% of the rows 
 (`tfps.checkpoint.changes_only()`), beside the time any checkpoint write takes here (one
 one-element variable); then the model is backed up as IncrementalBackup does
 (`tfps.checkpoint.TracedWriter`), whole and of 1% changes; then `save_for_serving`
-exports the table. Around each
-operation (saves and restores: the median of 3 runs, tfps and stock taking turns) every process's peak RSS is reset (/proc/PID/clear_refs) and read back (VmHWM),
+exports the table. Before each
+operation (saves and restores: the median of 3 runs, tfps and stock taking turns) the
+page cache's dirty pages are written out (os.sync), so each time is the operation's own,
+and every process's peak RSS is reset (/proc/PID/clear_refs) and read back (VmHWM),
 so "extra" is the peak above the RSS before (for restores, above the RSS after as well:
 the rows a restore brings back are not extra), measured in each process itself. Prints one JSON line per size and a summary
 against the targets: save >= 1.0x stock's bytes/s, restore >= 0.7x, chief extra <= 64 MiB,
@@ -48,6 +50,7 @@ def rss_fields(pid):
 def measured(pids, fn, keeps_memory=False):
     """Runs fn(); returns (seconds, {name: peak RSS above the RSS before}), or with
     keeps_memory (a restore, whose rows stay) the peak above both the RSS before and after."""
+    os.sync()  # earlier writes' dirty pages go to disk first, not during this operation
     before = {}
     for name, pid in pids.items():
         with open(f"/proc/{pid}/clear_refs", "w") as f:

@@ -1,5 +1,6 @@
 """Admission, eviction and the row cap, through the layer and the table API: rows against a
-NumPy oracle of training under MinCount in every execution mode, Probability admission
+NumPy oracle of training under MinCount in every execution mode, under mixed precision and
+under tfps-launch (parameter servers in processes of their own), Probability admission
 against a reference of its per-occurrence draw, TTL and DecayedFrequency against the clock,
 caps split over shards, statistics, the state in checkpoints, and running out of memory."""
 
@@ -82,6 +83,52 @@ def test_min_count_gives_an_id_its_row_at_its_nth_occurrence_in_every_mode(mode)
             seen[k] += n
             rejected += n if seen[k] < MIN_COUNT else 0
     assert stats["rejected"] == rejected
+
+
+def test_min_count_under_mixed_precision_admits_the_oracles_ids_and_trains_their_rows():
+    ids, labels = skewed_data()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model, layer, head = build_model("adagrad", admission=tfps.admission.MinCount(MIN_COUNT, sketch_bytes=0))
+        kernel0 = head.kernel.numpy()[:, 0].astype(np.float32)
+        # A fixed loss scale: a dynamic one skips the first steps (their scaled gradients
+        # overflow float16), which the oracle does not.
+        optimizer = keras.mixed_precision.LossScaleOptimizer(KERAS_SGD["current"](), dynamic=False,
+                                                             initial_scale=256)
+        train("fit", model, optimizer, ids, labels)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    rows, slots, _, kernel = numpy_oracle("adagrad", ids, labels, kernel0, 0.0, layer.seed, min_count=MIN_COUNT)
+    got = sorted_export(layer.table)
+    assert 0 < len(rows) < len(VOCAB) and got["keys"].tolist() == sorted(rows)
+    np.testing.assert_array_equal(got["metadata"][:, 0], [int((ids == k).sum()) for k in sorted(rows)])
+    # float16 activations round the gradients: close to the float64 oracle, not equal.
+    expected, expected_slots = (np.stack([d[k] for k in sorted(rows)]) for d in (rows, slots))
+    np.testing.assert_allclose(got["values"], expected, rtol=0, atol=2e-3 * np.abs(expected).max())
+    np.testing.assert_allclose(got["slots"], expected_slots, rtol=0, atol=1e-3 * np.abs(expected_slots).max())
+    np.testing.assert_allclose(head.kernel.numpy()[:, 0], kernel, rtol=0, atol=1e-3)
+
+
+def test_min_count_under_tfps_launch_gives_the_oracles_rows(tmp_path):
+    """Chief, worker and parameter servers in processes of their own: the admission counts
+    and decisions happen on the parameter servers, as in production."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "1",
+         "--log_dir", str(tmp_path / "logs"), os.path.join(ROOT, "tests", "cluster_programs", "launch_admission.py"),
+         str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    got = np.load(tmp_path / "result.npz")
+    assert int(got["shards"]) == 2
+    ids, labels = skewed_data()
+    rows, slots, _, kernel = numpy_oracle("adagrad", ids, labels, got["kernel0"], 0.0, int(got["seed"]),
+                                          min_count=MIN_COUNT)
+    assert 0 < len(rows) < len(VOCAB) and got["keys"].tolist() == sorted(rows)
+    np.testing.assert_allclose(got["values"], np.stack([rows[k] for k in sorted(rows)]), rtol=2e-4, atol=2e-6)
+    np.testing.assert_allclose(got["slots"], np.stack([slots[k] for k in sorted(rows)]), rtol=2e-4, atol=2e-6)
+    np.testing.assert_array_equal(got["metadata"][:, 0], [int((ids == k).sum()) for k in sorted(rows)])
+    np.testing.assert_array_equal(got["metadata"][:, 1], [last_batch(ids, k) for k in sorted(rows)])
+    np.testing.assert_allclose(got["kernel"], kernel, rtol=2e-4, atol=2e-6)
 
 
 def test_an_id_not_yet_admitted_reads_as_unseen_says():
