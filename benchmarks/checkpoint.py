@@ -110,7 +110,7 @@ def run_cluster_task(args):
             pids[f"ps{i}"] = int(f.read())
 
     def timed(name, fn):
-        seconds, extra = measured(pids, fn, keeps_memory=name.endswith("restore"))
+        seconds, extra = measured(pids, fn, keeps_memory="restore" in name)
         return {f"{name}_s": round(seconds, 3), **{f"{name}_{p}_extra_mib": round(b / MIB, 1)
                                                    for p, b in extra.items()}}
 
@@ -194,7 +194,8 @@ def run_cluster_task(args):
 def summarize(record):
     ratio = lambda a, b: round(record[b] / record[a], 2)  # noqa: E731  stock time / tfps time
     table_mib = max(record["table_bytes_per_ps"]) / MIB
-    ps_extra = max(v for k, v in record.items() if k.startswith(("tfps_save_ps", "tfps_restore_ps")))
+    ps_extra = max(v for k, v in record.items()
+                   if k.startswith(("tfps_save_", "tfps_restore_")) and "_ps" in k and k.endswith("_extra_mib"))
     return {"keys": record["keys"],
             "save_speed_vs_stock": ratio("tfps_save_s", "stock_save_s"),
             "restore_speed_vs_stock": ratio("tfps_restore_s", "stock_restore_s"),

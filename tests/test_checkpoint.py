@@ -104,7 +104,9 @@ def test_a_table_of_another_layout_is_refused_before_any_file_is_read(tmp_path):
     for other in (tfps.DynamicTable(DIM + 1), tfps.DynamicTable(DIM, optimizer="ftrl")):
         other.find_or_insert(KEYS[:10])
         before = sorted_rows(other)
-        with pytest.raises(tf.errors.InvalidArgumentError, match="has \\[format version, dim, slots, optimizer\\]"):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"checkpointed table 'table' has format version 2, dim 4, 1 optimizer "
+                                 rf"slot\(s\) and optimizer 1, but the table restoring it has dim {other.dim}"):
             tf.train.Checkpoint(table=other).read(path)
         assert_same_rows(sorted_rows(other), before)
 
@@ -296,6 +298,17 @@ def test_after_a_restore_the_next_changes_are_only_what_changed_since(tmp_path):
     from tfps._ops import ops
     files = [os.path.join(tmp_path, f) for f in table_files(str(tmp_path)) if f.startswith("delta")]
     assert int(ops.tfps_row_files_check(files, [3], dim=DIM, num_slots=1, optimizer="adagrad")) >= 0
+
+
+@pytest.mark.parametrize("arguments,message", [
+    (dict(save_freq=0), r'save_freq \("epoch" or a number of steps\) must be a positive int, got 0'),
+    (dict(save_freq="batch"), "save_freq .* got 'batch'"),
+    (dict(full_every=0), "full_every must be a positive int, got 0"),
+    (dict(every_seconds=-1), "every_seconds must be > 0, got -1"),
+])
+def test_incremental_backup_refuses_bad_arguments_naming_them(tmp_path, arguments, message):
+    with pytest.raises(ValueError, match=message):
+        tfps.callbacks.IncrementalBackup(str(tmp_path), **arguments)
 
 
 def test_incremental_backup_resumes_fit_with_the_rows_of_its_last_backup(tmp_path):

@@ -133,9 +133,19 @@ def test_float16_refuses_rows_beyond_its_range_and_writes_nothing(tmp_path):
     layer = DynamicEmbedding(2, name="big_rows")
     model = keras.Model(ids, keras.layers.Dense(1)(layer(ids)))
     layer.table.insert(tf.constant([1, 2], tf.int64), tf.constant([[1.0, 2.0], [7e4, -3.0]]))
-    with pytest.raises(ValueError, match=r"float16 cannot hold the rows of 'big_rows' .* 70000"):
+    with pytest.raises(ValueError, match=r"float16 cannot hold the rows of 'big_rows': shard 0 has a "
+                                         r"value of magnitude 70000 \(key 2\)"):
         tfps.export.save_for_serving(model, str(tmp_path / "f16"), value_dtype="float16")
     assert not os.listdir(tmp_path)
+    # Below 65520 a value rounds to float16's largest, 65504, and is served as that.
+    layer.table.insert(tf.constant([2], tf.int64), tf.constant([[65519.0, -3.0]]))
+    report = tfps.export.save_for_serving(model, str(tmp_path / "f16"), value_dtype="float16")
+    saved = tf.train.load_checkpoint(os.path.join(report["export_dir"], "variables", "variables"))
+    name = "frozen_rows/table0_shard0_{}/.ATTRIBUTES/VARIABLE_VALUE"
+    order, values = saved.get_tensor(name.format("order")), saved.get_tensor(name.format("values"))
+    from tfps import stock_ops
+    row = values.view(np.float16)[order == stock_ops.serving_order(tf.constant([2], tf.int64)).numpy()[0]]
+    np.testing.assert_array_equal(row, [[65504.0, -3.0]])
 
 
 def test_outputs_keep_the_model_output_names(tmp_path):
@@ -207,6 +217,9 @@ def test_bad_exports_fail_clearly_and_never_leave_a_partial_export(trained, tmp_
         tfps.export.save_for_serving(trained, "/proc/tfps_export")
     with pytest.raises(ValueError, match="value_dtype must be float32 or float16"):
         tfps.export.save_for_serving(trained, str(tmp_path / "bf16"), value_dtype="int8")
+    for min_count in (2.5, 0, -1, True):
+        with pytest.raises(ValueError, match="min_count must be a positive int"):
+            tfps.export.save_for_serving(trained, str(tmp_path / "pruned"), min_count=min_count)
 
     def failing_save(*args, **kwargs):
         os.makedirs(args[1], exist_ok=True)

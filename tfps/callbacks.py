@@ -39,6 +39,9 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, save_freq="epoch", every_seconds=None, full_every=10,
                  delete_checkpoint=True):
+        if save_freq != "epoch":
+            save_freq = arguments.positive_int(save_freq, 'save_freq ("epoch" or a number of steps)',
+                                               "IncrementalBackup")
         super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
         full_every = arguments.positive_int(full_every, "full_every", "IncrementalBackup")
         if every_seconds is not None and not every_seconds > 0:

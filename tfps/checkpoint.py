@@ -218,13 +218,17 @@ def restore_snapshot(table, files):
 def _check_layout(key, layout, table):
     """Raises before any file is read if the saved table cannot go into `table`: its dim,
     slots or optimizer differ, or its format is newer than this tfps reads."""
-    expected = tf.constant(_layout(table)[1:4], tf.int64)
+    dim, slots, optimizer = _layout(table)[1:4]
+    fits = tf.reduce_all(tf.equal(layout[1:4], tf.constant([dim, slots, optimizer], tf.int64)))
+    fits = tf.logical_and(fits, layout[0] <= FORMAT_VERSION)
+    shown_key = key.replace("{", "(").replace("}", ")")  # braces are tf.strings.format's
     message = tf.strings.format(
-        "tfps: checkpointed table '{}' has [format version, dim, slots, optimizer] {}, but the "
-        "table restoring it has [{} (or older), {}] (optimizers: 0 sgd, 1 adagrad, 2 adam, 3 ftrl)",
-        (key, layout[:4], FORMAT_VERSION, expected))
-    tf.debugging.assert_equal(layout[1:4], expected, message=message)
-    tf.debugging.assert_less_equal(layout[0], tf.constant(FORMAT_VERSION, tf.int64), message=message)
+        f"tfps: checkpointed table '{shown_key}' has format version {{}}, dim {{}}, {{}} optimizer "
+        f"slot(s) and optimizer {{}}, but the table restoring it has dim {dim}, {slots} optimizer "
+        f"slot(s) and optimizer {optimizer} ({_OPTIMIZERS[optimizer]}) and reads format versions "
+        f"up to {FORMAT_VERSION} (optimizers: 0 sgd, 1 adagrad, 2 adam, 3 ftrl)",
+        (layout[0], layout[1], layout[2], layout[3]))
+    tf.debugging.Assert(fits, [message], summarize=1)
 
 
 def delete(prefix):

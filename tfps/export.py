@@ -13,12 +13,14 @@ variables; the chief then merges the dense variables with the shards' files
 
 import functools
 import os
+import re
 import shutil
 import uuid
 
 import numpy as np
 import tensorflow as tf
 
+from tfps import arguments
 from tfps import stock_ops
 from tfps._ops import ops
 from tfps.sharded_table import on_every_shard
@@ -109,12 +111,13 @@ def freeze(layer, directory, table_name, min_count=None, value_dtype=None):
                     values_key=_VARIABLE_KEY.format(names[i][1]), value_dtype=value_dtype,
                     min_count=0 if min_count is None else int(min_count)))
             except tf.errors.InvalidArgumentError as e:
-                if "float16 cannot hold" not in e.message:
+                found = re.search(r"float16 cannot hold (.*?) \(it rounds", e.message)
+                if found is None:
                     raise
                 raise ValueError(
-                    f"save_for_serving: value_dtype=float16 cannot hold the rows of '{layer.name}' "
-                    f"(shard {i}: {e.message.splitlines()[0]}), which would be served as inf; "
-                    "export in float32") from None
+                    f"save_for_serving: value_dtype=float16 cannot hold the rows of '{layer.name}': "
+                    f"shard {i} has {found.group(1)}, which float16 would serve as inf; export in "
+                    "float32") from None
     rows = on_every_shard([functools.partial(write, i) for i in range(len(shards))])
     frozen, variables = [], {}
     for i, (shard, n) in enumerate(zip(shards, rows)):
@@ -222,8 +225,8 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         ParameterServerStrategy).
       export_dir: a directory that must not exist yet (missing parents are created); it
         appears only when complete.
-      min_count: keep only rows whose occurrence count is >= min_count; pruned IDs serve
-        the layer's inference default (zeros, or the initial value).
+      min_count: an int >= 1: keep only rows whose occurrence count is >= min_count;
+        pruned IDs serve the layer's inference default (zeros, or the initial value).
       value_dtype: float32 (default) or float16 storage of the frozen rows.
       signatures: input signature (list of TensorSpec) when the model has no Keras inputs.
 
@@ -240,6 +243,8 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         raise ValueError("save_for_serving: the model has no tfps DynamicEmbedding layer; "
                          "use tf.saved_model.save for it")
     value_dtype = _value_dtype(value_dtype)
+    if min_count is not None:
+        min_count = arguments.positive_int(min_count, "min_count", "save_for_serving")
     signature, model_inputs = _serving_inputs(model, signatures)
 
     @tf.function(input_signature=signature)

@@ -215,6 +215,7 @@ class Table {
     std::vector<std::vector<uint64_t>> picked;  // per stripe, a bit per row number
     std::vector<int64_t> rows;                   // per stripe
     float max_abs_value = 0.0f;
+    uint64_t max_abs_key = 0;  // a key whose row holds max_abs_value
   };
   ServingSelection SelectForServing(int64_t min_count) const;
   // The picked rows of `stripe`: hashes[i] is the TableHash of row i's key, ascending.

@@ -31,7 +31,10 @@ Table::ServingSelection Table::SelectForServing(int64_t min_count) const {
         picked[word] |= uint64_t{1} << (r & 63);
         ++out.rows[s];
         for (int d = 0; d < config_.dim; ++d) {
-          out.max_abs_value = std::max(out.max_abs_value, std::fabs(row.value[d]));
+          if (std::fabs(row.value[d]) > out.max_abs_value) {
+            out.max_abs_value = std::fabs(row.value[d]);
+            out.max_abs_key = row.header->key;
+          }
         }
       }
     }

@@ -26,7 +26,8 @@ using ::tensorflow::TensorShape;
 using ::tensorflow::TensorSlice;
 
 constexpr char kOp[] = "Tfps>TableExportForServing";
-constexpr float kFloat16Max = 65504.0f;
+// The least magnitude float16 rounds to inf (its largest finite value is 65504).
+constexpr float kFloat16Overflow = 65520.0f;
 constexpr uint64_t kTopBit = uint64_t{1} << 63;
 
 class TableExportForServingOp : public OpKernel {
@@ -50,10 +51,11 @@ class TableExportForServingOp : public OpKernel {
                                                         prefix.shape().DebugString())));
     const Table& table = resource->table();
     const Table::ServingSelection selection = table.SelectForServing(min_count_);
-    OP_REQUIRES(ctx, value_dtype_ != ::tensorflow::DT_HALF || selection.max_abs_value <= kFloat16Max,
+    OP_REQUIRES(ctx, value_dtype_ != ::tensorflow::DT_HALF || selection.max_abs_value < kFloat16Overflow,
                 absl::InvalidArgumentError(absl::StrCat(
                     kOp, ": float16 cannot hold a value of magnitude ", selection.max_abs_value,
-                    " (beyond float16's ", kFloat16Max, ") of table '", resource->name(), "'")));
+                    " (key ", static_cast<int64_t>(selection.max_abs_key), ") (it rounds to inf "
+                    "from ", kFloat16Overflow, "; table '", resource->name(), "')")));
     int64_t rows = 0;
     for (int64_t n : selection.rows) rows += n;
     OP_REQUIRES_OK(ctx, Write(ctx, table, selection, rows, prefix.scalar<::tensorflow::tstring>()(),

@@ -30,8 +30,8 @@ at `prefix` (`prefix.index`, `prefix.data-00000-of-00001`) holding two tensors: 
 (ascending as int64, so stock tf.searchsorted finds a key), and under `values_key` the
 rows' values [n, dim] in the same order: float32, or for `value_dtype` half the int16 bit
 patterns of float16 values (bundles cannot read float16 tensors written in slices). Written one table stripe at a
-time as slices of the two tensors; a float16 export refuses values beyond float16's range
-before writing anything. Returns n.
+time as slices of the two tensors; a float16 export refuses values float16 rounds to inf
+(magnitude 65520 and up) before writing anything. Returns n.
 )doc");
 
 }  // namespace tfps
