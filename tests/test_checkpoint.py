@@ -115,13 +115,13 @@ def test_a_newer_format_version_is_refused_naming_both_versions(tmp_path):
     from tfps._ops import ops
     table = trained_table(tfps.DynamicTable(DIM))
     path = str(tmp_path / "shard.rows")
-    ops.tfps_table_save(table.resource_handle, path, 0, 1)
+    ops.tfps_table_save(table.resource_handle, path, 0, 1, 5)
     data = bytearray(open(path, "rb").read())
     data[8] = 3  # the version field; the header checksum below is made to match it
     data[60:64] = crc32c(bytes(data[:60])).to_bytes(4, "little")
     open(path, "wb").write(bytes(data))
     with pytest.raises(tf.errors.FailedPreconditionError, match="format version 3; this tfps reads versions 1 to 2"):
-        ops.tfps_row_files_check([path], [-1], dim=DIM, num_slots=1, optimizer="adagrad")
+        ops.tfps_row_files_check(table.resource_handle, [path], [-1], dim=DIM, num_slots=1, optimizer="adagrad")
 
 
 def crc32c(data):
@@ -139,13 +139,14 @@ def test_the_file_layout_is_as_documented(tmp_path):
     from tfps._ops import ops
     table = trained_table(tfps.DynamicTable(DIM, optimizer="adagrad"))
     path = str(tmp_path / "shard.rows")
-    ops.tfps_table_save(table.resource_handle, path, 0, 1, max_chunk_bytes=64 * 1024)
+    ops.tfps_table_save(table.resource_handle, path, 0, 1, 5, max_chunk_bytes=64 * 1024)
     data = open(path, "rb").read()
     assert data[:8] == b"TFPSROWS"
     version, dim, slots, optimizer = np.frombuffer(data, np.uint32, 4, 8)
     clock = int(np.frombuffer(data, np.int64, 1, 24)[0])
     assert (version, dim, slots, optimizer, clock) == (2, DIM, 1, 1, 3)
     assert np.frombuffer(data, np.uint32, 3, 32).tolist() == [0, 1, 0]  # shard 0 of 1, whole
+    assert np.frombuffer(data[44:60], np.uint64).tolist() == [5, 0]  # save id; a whole file follows none
     assert int(np.frombuffer(data, np.uint32, 1, 60)[0]) == crc32c(data[:60])
     offset, keys, values, chunks = 64, [], [], 0
     while data[offset:offset + 4] == b"CHNK":
@@ -195,7 +196,7 @@ def test_a_version_1_file_from_the_documented_layout_restores(tmp_path):
     path = str(tmp_path / "v1.rows")
     open(path, "wb").write(bytes(header) + record + footer)
     table = tfps.DynamicTable(DIM, optimizer="adagrad")
-    ops.tfps_row_files_check([path], [3], dim=DIM, num_slots=1, optimizer="adagrad")
+    ops.tfps_row_files_check(table.resource_handle, [path], [3], dim=DIM, num_slots=1, optimizer="adagrad")
     assert int(ops.tfps_table_restore(table.resource_handle, [path], [3], 0, 1)) == 3
     rows = sorted_rows(table)
     order = np.argsort(keys)
@@ -271,6 +272,39 @@ def test_traced_writer_saves_current_values_and_objects_added_after_tracing(tmp_
     assert tf.train.load_checkpoint(paths[1]).get_tensor("table/rows").tolist() == [45]
 
 
+@pytest.mark.parametrize("restore_shards", [1, 3])
+def test_changes_restored_out_of_order_or_without_their_whole_save_are_refused(tmp_path, restore_shards):
+    table = trained_table(ShardedTable(DIM, devices=["/cpu:0"] * 2))
+    checkpoint = tf.train.Checkpoint(table=table)
+    writer = tfps.checkpoint.TracedWriter(checkpoint)  # the traced save makes a new id each time too
+    chain = [writer.write(str(tmp_path / "whole"))]
+    for i in range(2):
+        change(table)
+        chain.append(writer.write(str(tmp_path / f"delta{i}"), changes_only=True))
+    restored = ShardedTable(DIM, devices=["/cpu:0"] * restore_shards)
+    restored.find_or_insert(np.array([77], np.int64))
+    before = sorted_rows(restored)
+    reader = tf.train.Checkpoint(table=restored)
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match="delta0-tfps.DynamicTable.t0.shard-0000.-of-00002' holds the changes since the save with id"):
+        reader.read(chain[1])  # changes without their whole save
+    assert_same_rows(sorted_rows(restored), before)
+    reader.read(chain[0])
+    with pytest.raises(tf.errors.FailedPreconditionError, match="restore the checkpoint these changes follow first"):
+        reader.read(chain[2])  # the second changes before the first
+    for path in chain[1:]:
+        reader.read(path)
+    assert_same_rows(sorted_rows(restored), sorted_rows(table))
+    # A table restored from the chain goes on with it: its own changes follow the last.
+    change(restored)
+    with tfps.checkpoint.changes_only():
+        chain.append(reader.write(str(tmp_path / "delta2")))
+    again = ShardedTable(DIM, devices=["/cpu:0"] * 2)
+    for path in chain:
+        tf.train.Checkpoint(table=again).read(path)
+    assert_same_rows(sorted_rows(again), sorted_rows(restored))
+
+
 def test_a_table_cleared_since_its_last_save_saves_whole_under_changes_only(tmp_path):
     table = trained_table(tfps.DynamicTable(DIM))
     checkpoint = tf.train.Checkpoint(table=table)
@@ -297,7 +331,10 @@ def test_after_a_restore_the_next_changes_are_only_what_changed_since(tmp_path):
         delta = checkpoint.write(str(tmp_path / "delta"))
     from tfps._ops import ops
     files = [os.path.join(tmp_path, f) for f in table_files(str(tmp_path)) if f.startswith("delta")]
-    assert int(ops.tfps_row_files_check(files, [3], dim=DIM, num_slots=1, optimizer="adagrad")) >= 0
+    follower = tfps.DynamicTable(DIM)  # a table as of the whole save, which the changes follow
+    tf.train.Checkpoint(table=follower).read(whole)
+    assert int(ops.tfps_row_files_check(follower.resource_handle, files, [3], dim=DIM, num_slots=1,
+                                        optimizer="adagrad")) >= 0
 
 
 @pytest.mark.parametrize("arguments,message", [

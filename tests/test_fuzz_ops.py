@@ -79,16 +79,16 @@ CASES = [
     lambda: ops.tfps_table_create(dim=2, optimizer="sgd", learning_rate=0.1, initializer="uniform",
                                   initializer_params=[nan, nan]),
     # checkpoint ops
-    lambda: ops.tfps_table_save(table, "", 0, 1),
-    lambda: ops.tfps_table_save(table, "/nonexistent_dir/x/y", 0, 1),
-    lambda: ops.tfps_table_save(table, tf.constant(["a", "b"]), 0, 1),
-    lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 3, 2),
-    lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 0, 0),
-    lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 0, 1, max_chunk_bytes=-1),
-    lambda: ops.tfps_row_files_check(["/nonexistent"], [1], dim=2, num_slots=1, optimizer="adagrad"),
-    lambda: ops.tfps_row_files_check(["/etc/hostname"], [-1], dim=2, num_slots=1, optimizer="adagrad"),
-    lambda: ops.tfps_row_files_check(["a", "b"], [1], dim=2, num_slots=1, optimizer="adagrad"),
-    lambda: ops.tfps_row_files_check("a", 1, dim=2, num_slots=1, optimizer="adagrad"),
+    lambda: ops.tfps_table_save(table, "", 0, 1, 1),
+    lambda: ops.tfps_table_save(table, "/nonexistent_dir/x/y", 0, 1, 1),
+    lambda: ops.tfps_table_save(table, tf.constant(["a", "b"]), 0, 1, 1),
+    lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 3, 2, 1),
+    lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 0, 0, 1),
+    lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 0, 1, 1, max_chunk_bytes=-1),
+    lambda: ops.tfps_row_files_check(table, ["/nonexistent"], [1], dim=2, num_slots=1, optimizer="adagrad"),
+    lambda: ops.tfps_row_files_check(table, ["/etc/hostname"], [-1], dim=2, num_slots=1, optimizer="adagrad"),
+    lambda: ops.tfps_row_files_check(table, ["a", "b"], [1], dim=2, num_slots=1, optimizer="adagrad"),
+    lambda: ops.tfps_row_files_check(table, "a", 1, dim=2, num_slots=1, optimizer="adagrad"),
     lambda: ops.tfps_table_restore(table, ["/nonexistent"], [1], 0, 1),
     lambda: ops.tfps_table_restore(table, ["/etc/hostname"], [1], 0, 1),
     lambda: ops.tfps_table_restore(table, [], [], 0, 1),
@@ -175,6 +175,13 @@ POLICY_CASES = [
     lambda: ops.tfps_table_evict(admitting),
     lambda: ops.tfps_table_import(table, keys2, rows2, tf.ones([2, 1, 2]), tf.zeros([2, 4], I64), dim=2, num_slots=1),
     lambda: ops.tfps_table_import(table, keys2, rows2, tf.ones([2, 1, 2]), tf.zeros([2, 5], I64), dim=2, num_slots=1),
+    # a save id that is not a scalar, serving exports of bad prefixes and names
+    lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 0, 1, [1, 2]),
+    lambda: ops.tfps_table_export_for_serving(table, ["a", "b"], hashes_key="h", values_key="v"),
+    lambda: ops.tfps_table_export_for_serving(table, "/tmp/fuzz_export", hashes_key="", values_key="v"),
+    lambda: ops.tfps_table_export_for_serving(table, "/tmp/fuzz_export", hashes_key="h", values_key="h"),
+    lambda: ops.tfps_table_export_for_serving(hist.handle, "/tmp/fuzz_export", hashes_key="h", values_key="v"),
+    lambda: ops.tfps_table_export_for_serving(table, "/nonexistent_dir/x/y", hashes_key="h", values_key="v"),
 ]
 CASES += POLICY_CASES
 '''
@@ -222,7 +229,7 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     for i in (76, 80, 84, 88, 91, 93):  # an empty update, a group sum, a clock read, a rate, a saturating count
         assert outcomes[i] == "ok", f"case {i} was refused"
     policy_cases = list(range(94, total))
-    for i in policy_cases[:11] + policy_cases[14:]:  # bad handles and bad policy values
+    for i in policy_cases[:11] + policy_cases[14:]:  # bad handles, policy values, save ids, exports
         assert outcomes[i] == "error", f"case {i} was accepted"
     for i in policy_cases[11:14]:  # saturating counts under admission, evict, 4 metadata columns
         assert outcomes[i] == "ok", f"case {i} was refused"

@@ -107,9 +107,18 @@ def _layout(table):
             len(_shards(table))]
 
 
+def _save_id(file_prefix):
+    """An int64 id in [1, 2^62] for one save: from its path and the time, so that saves of
+    different runs (even with the same random seeds) differ. Computed when the save runs."""
+    with tf.device("CPU:0"):
+        stamp = tf.strings.as_string(tf.timestamp(), precision=6)
+        return tf.strings.to_hash_bucket_fast(tf.strings.join([file_prefix, stamp], "@"), 1 << 62) + 1
+
+
 def _save(trackables, file_prefix):
     names, tensors = [], []
     base = tf.strings.regex_replace(file_prefix, r"^.*/", "")
+    save_id = _save_id(file_prefix)
     for t, key in enumerate(sorted(trackables)):
         shards = _shards(trackables[key])
         suffixes = [f".t{t}.shard-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
@@ -118,7 +127,7 @@ def _save(trackables, file_prefix):
         def save_shard(i, shard=None, suffix=None):
             with tf.device(shard.resource_handle.device):
                 return ops.tfps_table_save(shard.resource_handle, file_prefix + suffix, i,
-                                           len(shards), changes_only=changes).rows
+                                           len(shards), save_id, changes_only=changes).rows
         rows = on_every_shard([functools.partial(save_shard, i, shard, suffix)
                                 for i, (shard, suffix) in enumerate(zip(shards, suffixes))])
         names += _manifest_names(key)
@@ -156,8 +165,8 @@ def _check_then_restore(shards, reads):
 
     def check(table_shard, shard_paths, shard_rows):
         with tf.device(table_shard.resource_handle.device):
-            return ops.tfps_row_files_check(shard_paths, shard_rows, dim=shard.dim,
-                                            num_slots=shard.num_slots,
+            return ops.tfps_row_files_check(table_shard.resource_handle, shard_paths, shard_rows,
+                                            dim=shard.dim, num_slots=shard.num_slots,
                                             optimizer=shard.optimizer.op_name)
 
     def restore(i, table_shard, shard_paths, shard_rows):
@@ -183,7 +192,7 @@ def snapshot(table):
     def one(i, shard):
         path = f"ram://tfps-snapshot/{tag}/shard-{i}"
         with tf.device(shard.resource_handle.device):
-            rows = ops.tfps_table_save(shard.resource_handle, path, i, len(shards), snapshot=True).rows
+            rows = ops.tfps_table_save(shard.resource_handle, path, i, len(shards), 0, snapshot=True).rows
             data = tf.io.read_file(path)
             tf.io.write_file(path, "")  # the in-memory file system keeps nothing
         return data.numpy(), int(rows)

@@ -203,6 +203,11 @@ class Table {
   // changed, and the next save of changes builds on that one.
   void MarkSaved();
   void SaveFailed() { needs_full_save_.store(true); }
+  // The id of the save the table's changes are counted from: its last save, or the save
+  // it was last restored from (0: none known). A save of changes records it as the save
+  // the changes follow, and a restore of changes checks it.
+  uint64_t ChainId() const { return chain_id_.load(); }
+  void SetChainId(uint64_t id) { chain_id_.store(id); }
 
   // Serving exports read the rows in two passes: SelectForServing picks the live rows whose
   // occurrence count is at least min_count (a bit per row number), and ReadSelected then
@@ -289,6 +294,7 @@ class Table {
   mutable std::mutex clock_times_mu_;
   std::vector<std::pair<int64_t, int64_t>> clock_times_;
   std::atomic<bool> needs_full_save_{false};
+  std::atomic<uint64_t> chain_id_{0};
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 

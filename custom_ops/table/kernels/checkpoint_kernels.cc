@@ -101,8 +101,12 @@ class TableSaveOp : public OpKernel {
     header.clock = table.ApplyCalls();
     const int64_t chunk_rows =
         std::max<int64_t>(1, max_chunk_bytes_ / static_cast<int64_t>(RowBytes(header)));
+    const Tensor* save_id;
+    OP_REQUIRES_OK(ctx, Scalar(ctx, "Tfps>TableSave", "save_id", 4, &save_id));
     const bool changes = changes_only_ && !table.NeedsFullSave();
     header.kind = changes ? kShardChanges : kWholeShard;
+    header.save_id = static_cast<uint64_t>(save_id->scalar<int64_t>()());
+    header.base_id = changes ? table.ChainId() : 0;
     if (!changes && !snapshot_) table.BeginFullSave();
     int64_t rows = 0;
     absl::Status status;
@@ -117,6 +121,7 @@ class TableSaveOp : public OpKernel {
     }
     if (!status.ok() && !snapshot_) table.SaveFailed();  // the changes this save took are lost with it
     OP_REQUIRES_OK(ctx, status);
+    if (!snapshot_) table.SetChainId(header.save_id);
     Tensor *rows_out, *kind_out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &rows_out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &kind_out));
@@ -214,14 +219,25 @@ class RowFilesCheckOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> resource;
+    OP_REQUIRES_OK(ctx, LookupTable(ctx, &resource));
     std::vector<std::string> paths;
     std::vector<int64_t> expected_rows;
-    OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>RowFilesCheck", 0, &paths, &expected_rows));
+    OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>RowFilesCheck", 1, &paths, &expected_rows));
+    const uint64_t chain_id = resource->table().ChainId();
     int64_t clock = 0;
     for (size_t i = 0; i < paths.size(); ++i) {
       RowFileHeader header;
       OP_REQUIRES_OK(ctx, CheckRowFile(ctx->env(), paths[i], expected_rows[i], dim_, num_slots_,
                                        optimizer_, &header));
+      // Changes applied to another state than the one they follow would give a table that
+      // never existed (a chain restored out of order, or changes without their whole save).
+      OP_REQUIRES(ctx, header.kind != kShardChanges || header.base_id == 0 || header.base_id == chain_id,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "tfps checkpoint file '", paths[i], "' holds the changes since the save with "
+                      "id ", header.base_id, ", but the table restoring it was last saved or "
+                      "restored as ", chain_id, " (0: none known); restore the checkpoint these "
+                      "changes follow first (the last whole one, then each later one in order)")));
       clock = std::max(clock, header.clock);
     }
     Tensor* out;
@@ -365,6 +381,12 @@ class TableRestoreOp : public OpKernel {
     if (!ctx->status().ok()) return;
     table.SetApplyCalls(clock);
     table.MarkSaved();
+    // The files of one save share its id: the table's changes now count from that save.
+    uint64_t save_id = readers[0]->header().save_id;
+    for (const auto& reader : readers) {
+      if (reader->header().save_id != save_id) save_id = 0;
+    }
+    table.SetChainId(save_id);
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = restored;

@@ -44,6 +44,8 @@ void EncodeHeader(const RowFileHeader& h, char* out) {
   Put(out + 32, h.shard_index);
   Put(out + 36, h.num_shards);
   Put(out + 40, h.kind);
+  Put(out + 44, h.save_id);
+  Put(out + 52, h.base_id);
   Put(out + 60, Crc32c(0, out, 60));
 }
 
@@ -197,6 +199,8 @@ absl::Status RowFileReader::Open(::tensorflow::Env* env, const std::string& path
   h.shard_index = Get<uint32_t>(bytes + 32);
   h.num_shards = Get<uint32_t>(bytes + 36);
   h.kind = Get<uint32_t>(bytes + 40);
+  h.save_id = Get<uint64_t>(bytes + 44);
+  h.base_id = Get<uint64_t>(bytes + 52);
   if (h.version < 1 || h.version > kRowFileVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "tfps checkpoint file '", path, "' has format version ", h.version,

@@ -1,8 +1,8 @@
 // The file one table shard is checkpointed to, written and read in chunks through
 // TensorFlow's file systems (local, ram://, gs://, ...). Layout, little-endian: a 64-byte
 // header (magic "TFPSROWS", format version, dim, slot count, optimizer, the shard's clock,
-// shard index and count, kind: whole or changes since the last save, CRC-32C of the
-// header); then records, each [magic | count n | payload | CRC-32C of the record]: "CHNK"
+// shard index and count, kind: whole or changes since the last save, the save's id and
+// the id of the save the changes follow, CRC-32C of the header); then records, each [magic | count n | payload | CRC-32C of the record]: "CHNK"
 // rows (keys int64[n], metadata int64[n, 4] (version 1: [n, 3], no score), values
 // float[n, dim], slots float[n, slots, dim]) and, in a file of changes, "RMVD" removed keys
 // (int64[n]), which come before any row of the same keys; since version 2, after the rows,
@@ -41,6 +41,11 @@ struct RowFileHeader {
   uint32_t shard_index = 0;
   uint32_t num_shards = 1;
   uint32_t kind = kWholeShard;
+  // Which save wrote the file, and for a file of changes, the save they follow (0: not
+  // known, as in files before these fields, and snapshots); every shard of one save of a
+  // table shares the id.
+  uint64_t save_id = 0;
+  uint64_t base_id = 0;
 };
 
 // Bytes of one row in a chunk record: key and metadata, value and slots.

@@ -28,6 +28,7 @@ REGISTER_OP("Tfps>TableSave")
     .Input("path: string")
     .Input("shard_index: int64")
     .Input("num_shards: int64")
+    .Input("save_id: int64")
     .Output("rows: int64")
     .Output("kind: int64")
     .Attr("changes_only: bool = false")
@@ -35,7 +36,7 @@ REGISTER_OP("Tfps>TableSave")
     .Attr("max_chunk_bytes: int = 4194304")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      TF_RETURN_IF_ERROR(ScalarResult(c, {0, 1, 2, 3}, {}));
+      TF_RETURN_IF_ERROR(ScalarResult(c, {0, 1, 2, 3, 4}, {}));
       c->set_output(1, c->Scalar());
       return absl::OkStatus();
     })
@@ -45,11 +46,14 @@ chunk, through a temporary file renamed into place at the end: every row, or wit
 `changes_only` the rows inserted or changed and the keys removed since the table's last
 save (every row when the table needs a whole save: after a clear or a failed save).
 With `snapshot`, a whole copy outside the table's chain of saves (a Keras archive): the
-table's record of changes since its last save is left as it is.
+table's record of changes since its last save is left as it is. `save_id` (shared by the
+shards of one save; 0 for a snapshot) goes into the header, with, for changes, the id of
+the save they follow; the table then counts its changes from `save_id`.
 Returns the rows written and the file's kind (0: whole shard, 1: changes).
 )doc");
 
 REGISTER_OP("Tfps>RowFilesCheck")
+    .Input("table_handle: resource")
     .Input("paths: string")
     .Input("expected_rows: int64")
     .Output("clock: int64")
@@ -57,10 +61,11 @@ REGISTER_OP("Tfps>RowFilesCheck")
     .Attr("num_slots: int >= 0")
     .Attr("optimizer: {'sgd', 'adagrad', 'adam', 'ftrl'}")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {}, {0, 1}); })
+    .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {0}, {1, 2}); })
     .Doc(R"doc(
 Reads every row file in `paths` whole, checking its format version, checksums, layout
-(dim, slots, optimizer) and row count (`expected_rows`, -1 for any). Returns the largest
+(dim, slots, optimizer) and row count (`expected_rows`, -1 for any), and that a file of
+changes follows the save the table was last saved or restored as. Returns the largest
 clock they record.
 )doc");
 
