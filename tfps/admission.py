@@ -18,11 +18,12 @@ with the keys waiting).
 
 from tfps import arguments
 from tfps import policy_registry
+from tfps.configurable import Configurable
 
 DEFAULT_SKETCH_BYTES = 8 << 20
 
 
-class AdmissionPolicy:
+class AdmissionPolicy(Configurable):
     """Base: the attributes Tfps>TableCreate takes."""
 
     op_name = "none"
@@ -38,17 +39,6 @@ class AdmissionPolicy:
 
     def get_config(self):
         return {"sketch_bytes": self.sketch_bytes}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.get_config() == other.get_config()
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({args})"
 
 
 class MinCount(AdmissionPolicy):

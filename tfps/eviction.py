@@ -19,29 +19,16 @@ import math
 
 from tfps import arguments
 from tfps import policy_registry
+from tfps.configurable import Configurable
 
 
-class EvictionPolicy:
+class EvictionPolicy(Configurable):
     """Base: the attributes Tfps>TableCreate takes."""
 
     op_name = "none"
 
     def op_attrs(self):
         return {"eviction": self.op_name}
-
-    def get_config(self):
-        return {}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.get_config() == other.get_config()
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({args})"
 
 
 class TTL(EvictionPolicy):

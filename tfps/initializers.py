@@ -2,26 +2,14 @@
 key gets the same vector on every shard, in every run, and after eviction and re-admission.
 """
 
+from tfps.configurable import Configurable
 
-class Initializer:
+
+class Initializer(Configurable):
     op_name = ""
 
     def op_params(self):
         return []
-
-    def get_config(self):
-        return {}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
-    def __eq__(self, other):
-        return type(self) is type(other) and self.get_config() == other.get_config()
-
-    def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
-        return f"{type(self).__name__}({args})"
 
 
 class Zeros(Initializer):
