@@ -22,24 +22,13 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
-using ::tensorflow::TensorShapeUtils;
-
-absl::Status Scalar(OpKernelContext* ctx, const char* op, const char* name, int index,
-                    const Tensor** out) {
-  *out = &ctx->input(index);
-  if (!TensorShapeUtils::IsScalar((*out)->shape())) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be a scalar, got shape ",
-                                                   (*out)->shape().DebugString()));
-  }
-  return absl::OkStatus();
-}
 
 // shard_index and num_shards inputs, checked: 0 <= shard_index < num_shards <= 2^31.
 absl::Status ShardInputs(OpKernelContext* ctx, const char* op, int index, uint32_t* shard,
                          uint32_t* num_shards) {
   const Tensor *shard_t, *count_t;
-  TF_RETURN_IF_ERROR(Scalar(ctx, op, "shard_index", index, &shard_t));
-  TF_RETURN_IF_ERROR(Scalar(ctx, op, "num_shards", index + 1, &count_t));
+  TF_RETURN_IF_ERROR(ScalarInput(ctx, op, index, "shard_index", &shard_t));
+  TF_RETURN_IF_ERROR(ScalarInput(ctx, op, index + 1, "num_shards", &count_t));
   const int64_t s = shard_t->scalar<int64_t>()(), n = count_t->scalar<int64_t>()();
   if (n < 1 || n > (int64_t{1} << 31) || s < 0 || s >= n) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -68,10 +57,6 @@ absl::Status FileInputs(OpKernelContext* ctx, const char* op, int index,
   return absl::OkStatus();
 }
 
-absl::Status LookupTable(OpKernelContext* ctx, ::tensorflow::core::RefCountPtr<TableResource>* out) {
-  return ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), out);
-}
-
 class TableSaveOp : public OpKernel {
  public:
   explicit TableSaveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -88,9 +73,9 @@ class TableSaveOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
-    OP_REQUIRES_OK(ctx, LookupTable(ctx, &resource));
+    OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
     const Tensor* path;
-    OP_REQUIRES_OK(ctx, Scalar(ctx, "Tfps>TableSave", "path", 1, &path));
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableSave", 1, "path", &path));
     RowFileHeader header;
     OP_REQUIRES_OK(ctx, ShardInputs(ctx, "Tfps>TableSave", 2, &header.shard_index,
                                     &header.num_shards));
@@ -102,7 +87,7 @@ class TableSaveOp : public OpKernel {
     const int64_t chunk_rows =
         std::max<int64_t>(1, max_chunk_bytes_ / static_cast<int64_t>(RowBytes(header)));
     const Tensor* save_id;
-    OP_REQUIRES_OK(ctx, Scalar(ctx, "Tfps>TableSave", "save_id", 4, &save_id));
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableSave", 4, "save_id", &save_id));
     const bool changes = changes_only_ && !table.NeedsFullSave();
     header.kind = changes ? kShardChanges : kWholeShard;
     header.save_id = static_cast<uint64_t>(save_id->scalar<int64_t>()());
@@ -220,7 +205,7 @@ class RowFilesCheckOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
-    OP_REQUIRES_OK(ctx, LookupTable(ctx, &resource));
+    OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
     std::vector<std::string> paths;
     std::vector<int64_t> expected_rows;
     OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>RowFilesCheck", 1, &paths, &expected_rows));
@@ -347,7 +332,7 @@ class TableRestoreOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
-    OP_REQUIRES_OK(ctx, LookupTable(ctx, &resource));
+    OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
     std::vector<std::string> paths;
     std::vector<int64_t> expected_rows;
     OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>TableRestore", 1, &paths, &expected_rows));

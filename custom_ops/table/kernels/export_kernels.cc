@@ -44,11 +44,9 @@ class TableExportForServingOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
-    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &resource));
-    const Tensor& prefix = ctx->input(1);
-    OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(prefix.shape()),
-                absl::InvalidArgumentError(absl::StrCat(kOp, ": prefix must be a scalar, got shape ",
-                                                        prefix.shape().DebugString())));
+    OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
+    const Tensor* prefix;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, kOp, 1, "prefix", &prefix));
     const Table& table = resource->table();
     const Table::ServingSelection selection = table.SelectForServing(min_count_);
     OP_REQUIRES(ctx, value_dtype_ != ::tensorflow::DT_HALF || selection.max_abs_value < kFloat16Overflow,
@@ -58,7 +56,7 @@ class TableExportForServingOp : public OpKernel {
                     "from ", kFloat16Overflow, "; table '", resource->name(), "')")));
     int64_t rows = 0;
     for (int64_t n : selection.rows) rows += n;
-    OP_REQUIRES_OK(ctx, Write(ctx, table, selection, rows, prefix.scalar<::tensorflow::tstring>()(),
+    OP_REQUIRES_OK(ctx, Write(ctx, table, selection, rows, prefix->scalar<::tensorflow::tstring>()(),
                               resource->name()));
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));

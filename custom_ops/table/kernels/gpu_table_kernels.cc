@@ -154,7 +154,7 @@ class GpuTableOpKernel : public OpKernel {
 
   void Compute(OpKernelContext* ctx) final {
     ::tensorflow::core::RefCountPtr<GpuTableResource> resource;
-    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &resource));
+    OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
     gpu::GpuTable& table = resource->table();
     OP_REQUIRES(ctx, dim_ < 0 || table.dim() == dim_,
                 absl::InvalidArgumentError(absl::StrCat(type_string(), ": dim mismatch: the op was built for dim ",
@@ -203,16 +203,6 @@ class GpuTableOpKernel : public OpKernel {
                                                        "); no row was written"));
       }
     }
-    return absl::OkStatus();
-  }
-
-  absl::Status HostScalar(OpKernelContext* ctx, int index, const char* name, int64_t* value) const {
-    const Tensor& t = ctx->input(index);
-    if (!::tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
-      return absl::InvalidArgumentError(absl::StrCat(type_string(), ": ", name, " must be a scalar, got shape ",
-                                                     t.shape().DebugString()));
-    }
-    *value = t.scalar<int64_t>()();
     return absl::OkStatus();
   }
 
@@ -276,7 +266,7 @@ class GpuTableApplyGradientsOp : public GpuTableOpKernel {
     const Tensor& grads = ctx->input(2);
     TF_RETURN_IF_ERROR(CheckRows(keys, grads, "gradients"));
     int64_t step = 0;
-    TF_RETURN_IF_ERROR(HostScalar(ctx, 3, "step", &step));
+    TF_RETURN_IF_ERROR(Int64Input(ctx, type_string(), 3, "step", &step));
     float learning_rate = 0.0f;
     TF_RETURN_IF_ERROR(ParseLearningRate(ctx->input(4), table.config().optimizer.kind == OptimizerKind::kFtrl,
                                          &learning_rate));
@@ -338,7 +328,7 @@ class GpuTableSetClockOp : public GpuTableOpKernel {
   using GpuTableOpKernel::GpuTableOpKernel;
   absl::Status ComputeOnGpu(OpKernelContext* ctx, gpu::GpuTable& table, cudaStream_t stream) override {
     int64_t clock = 0;
-    TF_RETURN_IF_ERROR(HostScalar(ctx, 1, "clock", &clock));
+    TF_RETURN_IF_ERROR(Int64Input(ctx, type_string(), 1, "clock", &clock));
     if (clock < 0) return absl::InvalidArgumentError(absl::StrCat("Tfps>TableSetClock: clock must be >= 0, got ", clock));
     return FromGpu(table.SetApplyCalls(stream, clock));
   }
@@ -371,8 +361,8 @@ class GpuTableExportOp : public GpuTableOpKernel {
   using GpuTableOpKernel::GpuTableOpKernel;
   absl::Status ComputeOnGpu(OpKernelContext* ctx, gpu::GpuTable& table, cudaStream_t stream) override {
     int64_t cursor = 0, max_rows = 0;
-    TF_RETURN_IF_ERROR(HostScalar(ctx, 1, "cursor", &cursor));
-    TF_RETURN_IF_ERROR(HostScalar(ctx, 2, "max_rows", &max_rows));
+    TF_RETURN_IF_ERROR(Int64Input(ctx, type_string(), 1, "cursor", &cursor));
+    TF_RETURN_IF_ERROR(Int64Input(ctx, type_string(), 2, "max_rows", &max_rows));
     if (cursor < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Tfps>TableExport: cursor must be >= 0 (0 starts an export), got ", cursor));

@@ -38,7 +38,7 @@ class TableOpKernel : public OpKernel {
 
   void Compute(OpKernelContext* ctx) final {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
-    OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), &resource));
+    OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
     OP_REQUIRES_OK(ctx, CheckTable(resource->table()));
     RunOrReportOutOfMemory(ctx, type_string(), resource->name(),
                            [&] { ComputeWithTable(ctx, resource->table()); });
@@ -78,16 +78,6 @@ class TableOpKernel : public OpKernel {
             "); no row was written"));
       }
     }
-    return absl::OkStatus();
-  }
-
-  absl::Status ScalarInput(OpKernelContext* ctx, int index, const char* name, int64_t* value) const {
-    const Tensor& t = ctx->input(index);
-    if (!::tensorflow::TensorShapeUtils::IsScalar(t.shape())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          type_string(), ": ", name, " must be a scalar, got shape ", t.shape().DebugString()));
-    }
-    *value = t.scalar<int64_t>()();
     return absl::OkStatus();
   }
 
@@ -185,7 +175,7 @@ class TableApplyGradientsOp : public TableOpKernel {
     const Tensor& grads = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckRows(keys, grads, "gradients"));
     int64_t step = 0;
-    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 3, "step", &step));
+    OP_REQUIRES_OK(ctx, Int64Input(ctx, type_string(), 3, "step", &step));
     float learning_rate = 0.0f;
     OP_REQUIRES_OK(ctx, ParseLearningRate(ctx->input(4), table.config().optimizer.kind == OptimizerKind::kFtrl,
                                           &learning_rate));
@@ -277,7 +267,7 @@ class TableSetClockOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     int64_t clock = 0;
-    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, "clock", &clock));
+    OP_REQUIRES_OK(ctx, Int64Input(ctx, type_string(), 1, "clock", &clock));
     OP_REQUIRES(ctx, clock >= 0, absl::InvalidArgumentError(absl::StrCat(
                                      "Tfps>TableSetClock: clock must be >= 0, got ", clock)));
     table.SetApplyCalls(clock);
@@ -318,8 +308,8 @@ class TableExportOp : public TableTransferOpKernel {
   using TableTransferOpKernel::TableTransferOpKernel;
   void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     int64_t cursor = 0, max_rows = 0;
-    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 1, "cursor", &cursor));
-    OP_REQUIRES_OK(ctx, ScalarInput(ctx, 2, "max_rows", &max_rows));
+    OP_REQUIRES_OK(ctx, Int64Input(ctx, type_string(), 1, "cursor", &cursor));
+    OP_REQUIRES_OK(ctx, Int64Input(ctx, type_string(), 2, "max_rows", &max_rows));
     OP_REQUIRES(ctx, cursor >= 0,
                 absl::InvalidArgumentError(absl::StrCat(
                     "Tfps>TableExport: cursor must be >= 0 (0 starts an export), got ", cursor)));

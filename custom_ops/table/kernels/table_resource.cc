@@ -247,6 +247,24 @@ absl::Status ParseResourceName(OpKernelConstruction* ctx, const std::string& pre
   return absl::OkStatus();
 }
 
+absl::Status ScalarInput(::tensorflow::OpKernelContext* ctx, const std::string& op, int index,
+                         const char* name, const ::tensorflow::Tensor** out) {
+  *out = &ctx->input(index);
+  if (!::tensorflow::TensorShapeUtils::IsScalar((*out)->shape())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be a scalar, got shape ",
+                                                   (*out)->shape().DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Int64Input(::tensorflow::OpKernelContext* ctx, const std::string& op, int index,
+                        const char* name, int64_t* value) {
+  const ::tensorflow::Tensor* t;
+  TF_RETURN_IF_ERROR(ScalarInput(ctx, op, index, name, &t));
+  *value = t->scalar<int64_t>()();
+  return absl::OkStatus();
+}
+
 absl::Status ParseLearningRate(const ::tensorflow::Tensor& rate, bool ftrl, float* out) {
   if (!::tensorflow::TensorShapeUtils::IsScalar(rate.shape())) {
     return absl::InvalidArgumentError(absl::StrCat(

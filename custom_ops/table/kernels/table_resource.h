@@ -69,6 +69,21 @@ absl::Status ParseLearningRate(const ::tensorflow::Tensor& rate, bool ftrl, floa
 absl::Status CheckKeyedRows(const std::string& op, const ::tensorflow::Tensor& keys,
                             const ::tensorflow::Tensor& rows, const char* rows_name, int64_t dim);
 
+// Input `index`, which must be a scalar; the error names the op and the input.
+absl::Status ScalarInput(::tensorflow::OpKernelContext* ctx, const std::string& op, int index,
+                         const char* name, const ::tensorflow::Tensor** out);
+
+// The int64 scalar of input `index`, checked as ScalarInput checks it.
+absl::Status Int64Input(::tensorflow::OpKernelContext* ctx, const std::string& op, int index,
+                        const char* name, int64_t* value);
+
+// The table (CPU or GPU resource) behind the handle every table op takes as input 0.
+template <typename Resource>
+absl::Status LookupTableInput(::tensorflow::OpKernelContext* ctx,
+                              ::tensorflow::core::RefCountPtr<Resource>* out) {
+  return ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), out);
+}
+
 // The intra-op thread pool of the kernel's device as a core ParallelFor.
 ParallelFor DeviceParallelFor(::tensorflow::OpKernelContext* ctx);
 
