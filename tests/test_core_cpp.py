@@ -1,5 +1,6 @@
 """Builds and runs the plain C++ tests of the TF-free table core (incl. the stress test)."""
 
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -9,20 +10,44 @@ import pytest
 import build_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FLAGS = {"debug": ["-std=c++17", "-O2", "-g", "-pthread"],
+         "thread": ["-std=c++17", "-O1", "-g", "-pthread", "-fsanitize=thread"],
+         "production": list(build_config.CXXFLAGS)}
+
+
+def compile_objects(cxx, flags, sources, directory):
+    """Compiles sources into directory, as many at once as there are cores."""
+    def one(source):
+        obj = os.path.join(directory, source.replace("/", "_") + ".o")
+        subprocess.run([cxx, *flags, "-I", ROOT, "-c", os.path.join(ROOT, source), "-o", obj],
+                       check=True, timeout=600)
+        return obj
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return list(pool.map(one, sources))
+
+
+@pytest.fixture(scope="module")
+def core_objects(tmp_path_factory):
+    """The core's object files per build, compiled once for both test programs."""
+    built = {}
+
+    def get(cxx, build):
+        if build not in built:
+            built[build] = compile_objects(cxx, FLAGS[build], build_config.CORE_SOURCES,
+                                           str(tmp_path_factory.mktemp(f"core_{build}")))
+        return built[build]
+    return get
 
 
 @pytest.mark.parametrize("program", build_config.CORE_TEST_SOURCES)
 @pytest.mark.parametrize("build", ["debug", "thread", "production"])
-def test_core_cpp_tests_pass(tmp_path, build, program):
+def test_core_cpp_tests_pass(tmp_path, core_objects, build, program):
     """debug: -O2 -g; thread: ThreadSanitizer; production: the op library's own flags."""
     cxx = os.environ.get("CXX", "g++")
     assert shutil.which(cxx), f"{cxx} is needed to build the C++ core tests"
     binary = str(tmp_path / "core_test")
-    flags = {"debug": ["-std=c++17", "-O2", "-g", "-pthread"],
-             "thread": ["-std=c++17", "-O1", "-g", "-pthread", "-fsanitize=thread"],
-             "production": list(build_config.CXXFLAGS)}[build]
-    sources = [os.path.join(ROOT, s) for s in [program] + build_config.CORE_SOURCES]
-    subprocess.run([cxx, *flags, "-I", ROOT, *sources, "-o", binary], check=True, timeout=600)
+    objects = compile_objects(cxx, FLAGS[build], [program], str(tmp_path)) + core_objects(cxx, build)
+    subprocess.run([cxx, *FLAGS[build], *objects, "-o", binary], check=True, timeout=600)
     result = subprocess.run([binary], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert " 0 failed" in result.stdout

@@ -10,14 +10,17 @@ mkdir -p "$OUT"
 # --fmad=false and -ffp-contract=off: the GPU and CPU tables must round identically.
 CU_FLAGS=(-std=c++17 -O3 --fmad=false -arch="$ARCH" -I. -Xcompiler -ffp-contract=off)
 CXX_FLAGS=(-std=c++17 -O3 -pthread -ffp-contract=off -I.)
-"$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/gpu_table.cu.cc -o "$OUT/gpu_table.o"
-"$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/tests/gpu_table_harness.cu.cc -o "$OUT/harness.o"
-"$NVCC" "${CU_FLAGS[@]}" -x cu -c benchmarks/gpu_table.cu.cc -o "$OUT/benchmark.o"
+# Every object compiles at once (one job per source); `wait` fails the build if one did.
+pids=()
+"$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/gpu_table.cu.cc -o "$OUT/gpu_table.o" & pids+=($!)
+"$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/tests/gpu_table_harness.cu.cc -o "$OUT/harness.o" & pids+=($!)
+"$NVCC" "${CU_FLAGS[@]}" -x cu -c benchmarks/gpu_table.cu.cc -o "$OUT/benchmark.o" & pids+=($!)
 CORE=()
 for source in custom_ops/core/*.cc; do  # the CPU table the harness compares against
-  g++ "${CXX_FLAGS[@]}" -c "$source" -o "$OUT/$(basename "$source" .cc).o"
+  g++ "${CXX_FLAGS[@]}" -c "$source" -o "$OUT/$(basename "$source" .cc).o" & pids+=($!)
   CORE+=("$OUT/$(basename "$source" .cc).o")
 done
+for pid in "${pids[@]}"; do wait "$pid"; done
 "$NVCC" -arch="$ARCH" "$OUT/harness.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_harness" -lpthread
 "$NVCC" -arch="$ARCH" "$OUT/benchmark.o" "$OUT/gpu_table.o" -o "$OUT/gpu_table_benchmark"
 echo "built $OUT/gpu_table_harness and $OUT/gpu_table_benchmark"

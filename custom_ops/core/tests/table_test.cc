@@ -761,6 +761,49 @@ void TestSavesTakeExactlyTheChangesSinceTheLastSave() {
   CHECK_TRUE(SaveAll(t, false).first.size() == 20);
 }
 
+// A save of changes gathers rows in batches (to prefetch them); chunks of any size, ending
+// inside a batch or between two, must still take each changed row once, with its values.
+void TestChangesSavedInChunksOfAnySizeTakeEachChangedRowOnce() {
+  Table t(Config(2, OptimizerKind::kSgd, InitializerKind::kZeros, /*log2_stripes=*/0));
+  const auto kSerial = SerialParallelFor();
+  std::vector<uint64_t> keys(1000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 0x9e3779b97f4a7c15ULL + 1;
+  std::vector<float> out(keys.size() * 2);
+  std::map<int64_t, size_t> index_of;
+  for (size_t i = 0; i < keys.size(); ++i) index_of[static_cast<int64_t>(keys[i])] = i;
+  t.FindOrInsert(keys.data(), keys.size(), out.data(), kSerial);
+  for (int64_t max_rows : {1, 7, 15, 16, 17, 33, 1000}) {
+    t.MarkSaved();
+    std::vector<uint64_t> changed;
+    std::vector<float> values;
+    for (size_t i = max_rows % 3; i < keys.size(); i += 3) {
+      changed.push_back(keys[i]);
+      values.push_back(static_cast<float>(i));
+      values.push_back(static_cast<float>(max_rows));
+    }
+    t.Insert(changed.data(), changed.size(), values.data(), kSerial);
+    std::vector<int64_t> saved;
+    bool values_match = true;
+    ExportChunk chunk;
+    for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
+      t.SaveChunk(cursor, max_rows, /*changed_only=*/true, &chunk);
+      CHECK_TRUE(static_cast<int64_t>(chunk.keys.size()) <= max_rows);
+      for (size_t j = 0; j < chunk.keys.size(); ++j) {
+        const size_t i = index_of.at(chunk.keys[j]);
+        values_match &= chunk.values[2 * j] == static_cast<float>(i) &&
+                        chunk.values[2 * j + 1] == static_cast<float>(max_rows);
+      }
+      saved.insert(saved.end(), chunk.keys.begin(), chunk.keys.end());
+    }
+    std::sort(saved.begin(), saved.end());
+    std::vector<int64_t> expected(changed.begin(), changed.end());
+    std::sort(expected.begin(), expected.end());
+    CHECK_TRUE(saved == expected);
+    CHECK_TRUE(values_match);
+    CHECK_TRUE(SaveAll(t, true).first.empty());  // every saved row stopped counting as changed
+  }
+}
+
 // The rows SelectForServing picks, read stripe after stripe, in TableHash order.
 std::vector<std::pair<uint64_t, std::vector<float>>> ReadServingRows(const Table& t,
                                                                      const Table::ServingSelection& picks,
@@ -854,6 +897,7 @@ int main() {
   tfps::TestServingReadsPickedRowsInHashOrderWhileTheTableChanges();
   tfps::TestCrc32cKnownValuesAndExtension();
   tfps::TestSavesTakeExactlyTheChangesSinceTheLastSave();
+  tfps::TestChangesSavedInChunksOfAnySizeTakeEachChangedRowOnce();
   tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
   tfps::TestBlockCacheWithoutRoomUnmapsReturnedBlocks();
   tfps::TestBlockCacheMovesReusedBlocksOntoHugePages();
