@@ -10,8 +10,9 @@ of the same bytes per parameter server (created on those tasks) saved the same w
 the restores of both into the running tables and variables after 1% of the rows changed
 (and, for tfps, once more into emptied tables, as a new process restores); then 1% of the rows change and a save of changes runs
 (`tfps.checkpoint.changes_only()`), beside the time any checkpoint write takes here (one
-one-element variable); then the model is backed up as IncrementalBackup does
-(`tfps.checkpoint.TracedWriter`), whole and of 1% changes; then `save_for_serving`
+one-element variable); then the table alone and the whole model are written as
+IncrementalBackup writes (`tfps.checkpoint.TracedWriter`, which traces its save function
+once), whole and of 1% changes; then `save_for_serving`
 exports the table. Before each
 operation (saves and restores: the median of 3 runs, tfps and stock taking turns) the
 page cache's dirty pages are written out (os.sync), so each time is the operation's own,
@@ -143,7 +144,7 @@ def run_cluster_task(args):
                 os.remove(path)
     for name, results in runs.items():
         record[f"{name}_first_s"] = results[0][f"{name}_s"]
-        record.update(sorted(results, key=lambda r: r[f"{name}_s"])[len(results) // 2])
+        record.update(median_run(name, results))
     got = table.find(expected.keys)
     record["restored_rows_equal"] = bool(table.shard_sizes() == shard_rows and
                                          np.array_equal(got.numpy(), expected.values.numpy()))
@@ -162,25 +163,28 @@ def run_cluster_task(args):
         change_one_percent(repeat)
         with tfps.checkpoint.changes_only():
             deltas.append(timed("tfps_delta_save", lambda: table_ckpt.write(f"{table_path}-delta{repeat}")))
-    record.update(sorted(deltas, key=lambda r: r["tfps_delta_save_s"])[len(deltas) // 2])
+    record.update(median_run("tfps_delta_save", deltas))
     record["delta_bytes"] = sum(os.path.getsize(p) for p in glob.glob(table_path + "-delta0-tfps*"))
-    # As IncrementalBackup writes: the whole model (table, dense layers, optimizer) through
-    # a TracedWriter, whole and then of changes after 1% of the rows changed (one pair first
-    # traces both functions).
-    writer = tfps.checkpoint.TracedWriter(tf.train.Checkpoint(model=model))
-    backups = {"backup_whole": [], "backup_delta": []}
-    for repeat in range(REPEATS + 1):
-        whole = timed("backup_whole", lambda: writer.write(f"{table_path}-backup{repeat}"))
-        change_one_percent(repeat + 10)
-        delta = timed("backup_delta", lambda: writer.write(f"{table_path}-backup{repeat}-delta",
-                                                           changes_only=True))
-        if repeat > 0:
-            backups["backup_whole"].append(whole)
-            backups["backup_delta"].append(delta)
-        for path in glob.glob(f"{table_path}-backup{repeat}*"):
-            os.remove(path)
-    for name, results in backups.items():
-        record.update(sorted(results, key=lambda r: r[f"{name}_s"])[len(results) // 2])
+
+    def whole_then_delta(kind, writer, first_change):
+        """Through a TracedWriter, as IncrementalBackup writes: a whole write, then one of
+        changes after 1% of the rows changed (medians; one pair first traces both)."""
+        runs = {f"{kind}_whole": [], f"{kind}_delta": []}
+        for repeat in range(REPEATS + 1):
+            whole = timed(f"{kind}_whole", lambda: writer.write(f"{table_path}-{kind}{repeat}"))
+            change_one_percent(first_change + repeat)
+            delta = timed(f"{kind}_delta", lambda: writer.write(f"{table_path}-{kind}{repeat}-delta",
+                                                                changes_only=True))
+            if repeat > 0:
+                runs[f"{kind}_whole"].append(whole)
+                runs[f"{kind}_delta"].append(delta)
+            for path in glob.glob(f"{table_path}-{kind}{repeat}*"):
+                os.remove(path)
+        for name, results in runs.items():
+            record.update(median_run(name, results))
+    # The table alone, then the whole model (table, dense layers, optimizer).
+    whole_then_delta("traced_table", tfps.checkpoint.TracedWriter(table_ckpt), 10)
+    whole_then_delta("backup", tfps.checkpoint.TracedWriter(tf.train.Checkpoint(model=model)), 20)
     with tf.device(devices[0]):
         tiny = tf.train.Checkpoint(v=tf.Variable([0.0]))
     floor = sorted(timed("floor", lambda: tiny.write(os.path.join(args.dir, f"tiny{i}")))["floor_s"]
@@ -189,6 +193,11 @@ def run_cluster_task(args):
     record.update(timed("export", lambda: tfps.export.save_for_serving(
         model, os.path.join(args.dir, "export"))))
     print("RESULT " + json.dumps(record), flush=True)
+
+
+def median_run(name, results):
+    """Of runs timed as `name`, the one of median time (its memory figures with it)."""
+    return sorted(results, key=lambda r: r[f"{name}_s"])[len(results) // 2]
 
 
 def summarize(record):
@@ -203,6 +212,10 @@ def summarize(record):
                                    record["tfps_restore_chief_extra_mib"]),
             "delta_1pct_vs_full_save_time": round(record["tfps_delta_save_s"] / record["tfps_save_s"], 3),
             "delta_1pct_s": record["tfps_delta_save_s"],
+            "traced_delta_1pct_vs_whole_time": round(record["traced_table_delta_s"] /
+                                                     record["traced_table_whole_s"], 3),
+            "traced_whole_s": record["traced_table_whole_s"],
+            "traced_delta_1pct_s": record["traced_table_delta_s"],
             "backup_delta_1pct_vs_whole_time": round(record["backup_delta_s"] / record["backup_whole_s"], 3),
             "backup_whole_s": record["backup_whole_s"], "backup_delta_1pct_s": record["backup_delta_s"],
             "checkpoint_write_floor_s": record["checkpoint_write_floor_s"],

@@ -24,6 +24,15 @@ def test_stats_count_rows_and_memory_per_shard_and_in_total():
     assert stats["clock"] == max(s["clock"] for s in stats["shards"]) >= 1
 
 
+def test_memory_of_a_small_table_counts_its_row_blocks_not_whole_mapped_regions():
+    # Rows come from large mappings whose untouched pages cost nothing; many small tables
+    # must not each report a whole mapping (32 MiB) as their memory.
+    table = tfps.DynamicTable(8, optimizer="adagrad")
+    table.apply_gradients(tf.range(50, dtype=tf.int64), tf.ones([50, 8]))
+    stats = table.stats()
+    assert 50 * (8 + 8 + 2 * 8 * 4) <= stats["row_memory_bytes"] < stats["memory_bytes"] < (1 << 20), stats
+
+
 def _scalars(log_dir):
     """{tag: [(step, value), ...]} from the TensorBoard event files under log_dir."""
     found = {}

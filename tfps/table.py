@@ -254,7 +254,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
 
     def stats(self):
         """The table's statistics as ints, read in one op where the table lives (eager):
-        rows; memory_bytes (index, mapped rows, and the counts of keys waiting for
+        rows; memory_bytes (index, row blocks, and the counts of keys waiting for
         admission); row_memory_bytes; clock; admitted (rows created by training lookups and
         applies); pending (keys waiting for admission, estimated for a sketch); rejected
         (occurrences of keys looked up without a row: their gradients dropped); evicted

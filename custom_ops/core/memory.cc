@@ -91,11 +91,13 @@ void* RegionAllocator::Allocate(size_t bytes) {
         std::max(kRegionBytes, (bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
     char* base = static_cast<char*>(MapHugePageAligned(size, huge_pages_));
     if (base == nullptr) throw AllocationFailure(static_cast<int64_t>(size));
-    regions_.push_back(Region{base, size});
+    regions_.push_back(Region{base, size, 0});
     used_ = 0;
   }
-  void* block = regions_[current_].base + used_;
+  Region& region = regions_[current_];
+  void* block = region.base + used_;
   used_ += bytes;
+  region.handed_out = std::max(region.handed_out, used_);
   return block;
 }
 
@@ -113,10 +115,10 @@ void RegionAllocator::ReleaseAll() {
   used_ = 0;
 }
 
-size_t RegionAllocator::MappedBytes() const {
+size_t RegionAllocator::HandedOutBytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t total = 0;
-  for (const Region& r : regions_) total += r.size;
+  for (const Region& r : regions_) total += r.handed_out;
   return total;
 }
 

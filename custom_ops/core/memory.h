@@ -74,12 +74,15 @@ class RegionAllocator {
   // table refilled to about its old size, as a restore does, writes into memory it already
   // has instead of faulting in fresh pages. The caller guarantees no block is in use.
   void RecycleAll();
-  size_t MappedBytes() const;
+  // Bytes of the regions ever handed out as blocks (a recycled region counts what it held
+  // before): the memory blocks can occupy, not the untouched rest of a region's mapping.
+  size_t HandedOutBytes() const;
 
  private:
   struct Region {
     char* base;
     size_t size;
+    size_t handed_out;  // the most of it ever handed out
   };
   const bool huge_pages_;
   mutable std::mutex mu_;

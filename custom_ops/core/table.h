@@ -81,8 +81,8 @@ enum MetadataColumn {
 // What a table holds and has done, for statistics.
 struct TableStats {
   int64_t rows = 0;
-  int64_t memory_bytes = 0;      // index, mapped rows, and admission counts
-  int64_t row_memory_bytes = 0;  // of those, the rows mapped
+  int64_t memory_bytes = 0;      // index, row blocks, and admission counts
+  int64_t row_memory_bytes = 0;  // of those, the row blocks
   int64_t clock = 0;
   int64_t admitted = 0;  // rows created by training lookups and applies
   int64_t pending = 0;   // keys counted for admission (estimated, for a sketch)
@@ -171,10 +171,11 @@ class Table {
   // negative `step`. Checkpoints save and restore it.
   int64_t ApplyCalls() const { return apply_calls_.load(); }
   void SetApplyCalls(int64_t calls) { apply_calls_.store(calls); }
-  // Bytes held by the index and mapped for rows (mapped, not necessarily touched).
+  // Bytes held by the index and by the blocks allocated for rows (a stripe's blocks double
+  // in size as it grows; their pages are backed as rows fill them).
   int64_t MemoryBytes() const;
-  // Of those, the bytes mapped for rows.
-  int64_t RowMemoryBytes() const { return static_cast<int64_t>(row_memory_.MappedBytes()); }
+  // Of those, the bytes of the row blocks.
+  int64_t RowMemoryBytes() const { return static_cast<int64_t>(row_memory_.HandedOutBytes()); }
   TableStats Stats() const;
   // How many times a stripe's index has been rebuilt, over all stripes: once per growth
   // step or tombstone cleanup.

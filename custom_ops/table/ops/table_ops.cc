@@ -172,7 +172,7 @@ REGISTER_OP("Tfps>TableClock")
       return absl::OkStatus();
     });
 
-// [rows, memory bytes (index, mapped rows, admission counts), mapped row bytes, clock,
+// [rows, memory bytes (index, row blocks, admission counts), row block bytes, clock,
 // admitted, pending, rejected, evicted]: one small tensor, so statistics of a table on a
 // parameter server cost one round trip.
 REGISTER_OP("Tfps>TableStats")
