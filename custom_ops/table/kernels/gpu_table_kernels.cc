@@ -124,16 +124,7 @@ class GpuTableCreateOp : public OpKernel {
     existing.initializer = resource->table().config().initializer;
     existing.seed = resource->table().config().seed;
     resource->Unref();
-    OP_REQUIRES(ctx, DescribeTableConfig(existing) == DescribeTableConfig(config_),
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Tfps>TableCreate: a GPU table named '", shared_name_, "' already exists with ",
-                    DescribeTableConfig(existing), ", not ", DescribeTableConfig(config_))));
-    Tensor* handle = nullptr;
-    ::tensorflow::AllocatorAttributes host;
-    host.set_on_host(true);
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &handle, host));
-    handle->scalar<::tensorflow::ResourceHandle>()() =
-        ::tensorflow::MakeResourceHandle<GpuTableResource>(ctx, container, shared_name_);
+    OutputTableHandle<GpuTableResource>(ctx, "GPU table", container, shared_name_, existing, config_);
   }
 
  private:

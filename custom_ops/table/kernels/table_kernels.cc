@@ -106,19 +106,9 @@ class TableCreateOp : public OpKernel {
                               }
                               return absl::OkStatus();
                             }));
-    const std::string existing = DescribeTableConfig(resource->table().config());
+    const TableConfig existing = resource->table().config();
     resource->Unref();
-    const std::string wanted = DescribeTableConfig(config_);
-    OP_REQUIRES(ctx, existing == wanted,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Tfps>TableCreate: a table named '", shared_name_, "' already exists with ",
-                    existing, ", not ", wanted)));
-    Tensor* handle = nullptr;
-    ::tensorflow::AllocatorAttributes host;
-    host.set_on_host(true);
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &handle, host));
-    handle->scalar<::tensorflow::ResourceHandle>()() =
-        ::tensorflow::MakeResourceHandle<TableResource>(ctx, container, shared_name_);
+    OutputTableHandle<TableResource>(ctx, "table", container, shared_name_, existing, config_);
   }
 
  private:

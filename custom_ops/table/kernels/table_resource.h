@@ -6,8 +6,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "custom_ops/core/table.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/op_requires.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 
 namespace tfps {
@@ -82,6 +84,25 @@ template <typename Resource>
 absl::Status LookupTableInput(::tensorflow::OpKernelContext* ctx,
                               ::tensorflow::core::RefCountPtr<Resource>* out) {
   return ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, 0), out);
+}
+
+// A create op's last step: refuses the table already behind `shared_name` when its
+// configuration is not the one asked for (`what` names the kind of table), and otherwise
+// outputs its handle.
+template <typename Resource>
+void OutputTableHandle(::tensorflow::OpKernelContext* ctx, const std::string& what,
+                       const std::string& container, const std::string& shared_name,
+                       const TableConfig& existing, const TableConfig& wanted) {
+  const std::string have = DescribeTableConfig(existing), want = DescribeTableConfig(wanted);
+  OP_REQUIRES(ctx, have == want,
+              absl::InvalidArgumentError(absl::StrCat("Tfps>TableCreate: a ", what, " named '", shared_name,
+                                                      "' already exists with ", have, ", not ", want)));
+  ::tensorflow::Tensor* handle = nullptr;
+  ::tensorflow::AllocatorAttributes host;
+  host.set_on_host(true);
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ::tensorflow::TensorShape({}), &handle, host));
+  handle->scalar<::tensorflow::ResourceHandle>()() =
+      ::tensorflow::MakeResourceHandle<Resource>(ctx, container, shared_name);
 }
 
 // The intra-op thread pool of the kernel's device as a core ParallelFor.
