@@ -11,6 +11,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 import tfps
+from tfps._ops import ops
 from tfps.keras_layers import DynamicEmbedding
 from tests.cluster_run import run_cluster_program
 
@@ -121,6 +122,39 @@ def test_float16_values_halve_the_rows(trained, tmp_path):
     test = ctr_data(64, 3)
     np.testing.assert_allclose(serve_without_tfps(half["export_dir"], test, tmp_path),
                                trained.predict(test, verbose=0), atol=2e-3)
+
+
+@pytest.mark.parametrize("value_dtype", ["float32", "float16"])
+def test_a_shard_written_in_slices_of_any_size_gives_the_same_rows(value_dtype, tmp_path):
+    # Each stripe's rows go out in slices of at most slice_rows: 1, 3 and the default must
+    # all write every picked row once, in serving order, with its values.
+    from tfps import stock_ops
+    table = tfps.DynamicTable(3, optimizer="sgd")
+    keys = np.unique(np.random.default_rng(5).integers(-2**62, 2**62, 3000))
+    values = np.random.default_rng(6).uniform(-4, 4, (len(keys), 3)).astype(np.float32)
+    table.insert(tf.constant(keys), tf.constant(values))
+    table.find_or_insert(tf.constant(keys[::3]))  # these occur once: a min_count of 1 keeps them
+    kept = np.sort(keys[::3])
+    order = stock_ops.serving_order(tf.constant(kept)).numpy()
+    by_order = np.argsort(order)
+    expected_values = values[np.searchsorted(keys, kept)][by_order]
+    if value_dtype == "float16":
+        expected_values = expected_values.astype(np.float16)
+    for slice_rows in (1, 3, 65536):
+        prefix = str(tmp_path / f"slices{slice_rows}")
+        rows = ops.tfps_table_export_for_serving(
+            table.resource_handle, prefix, hashes_key="h", values_key="v", min_count=1,
+            value_dtype=value_dtype, slice_rows=slice_rows)
+        assert int(rows) == len(kept)
+        saved = tf.train.load_checkpoint(prefix)
+        got_values = saved.get_tensor("v")
+        if value_dtype == "float16":
+            got_values = got_values.view(np.float16)
+        np.testing.assert_array_equal(saved.get_tensor("h"), order[by_order])
+        np.testing.assert_array_equal(got_values, expected_values)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="slice_rows must be > 0, got 0"):
+        ops.tfps_table_export_for_serving(table.resource_handle, str(tmp_path / "bad"),
+                                          hashes_key="h", values_key="v", slice_rows=0)
 
 
 def test_missing_parent_directories_are_created(trained, tmp_path):

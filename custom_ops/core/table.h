@@ -210,13 +210,15 @@ class Table {
   uint64_t ChainId() const { return chain_id_.load(); }
   void SetChainId(uint64_t id) { chain_id_.store(id); }
 
-  // Serving exports read the rows in two passes: SelectForServing picks the live rows whose
-  // occurrence count is at least min_count (a bit per row number), and ReadSelected then
-  // reads one stripe's picks sorted by TableHash; stripes are ranges of TableHash, so
-  // stripe after stripe the table comes out in hash order, one stripe in memory at a
-  // time. Rows never move, so the picks stay valid while training goes on (a row changed
-  // in between is read as it is then); only a Clear or restore in between, which shrinks
-  // the stripes, makes ReadSelected return false.
+  // Serving exports read the rows in passes: SelectForServing picks the live rows whose
+  // occurrence count is at least min_count (a bit per row number); SortSelected orders one
+  // stripe's picks by TableHash (16 bytes a row), and ReadSortedValues reads their values a
+  // slice at a time. Stripes are ranges of TableHash, so stripe after stripe the table
+  // comes out in hash order, with one stripe's order and one slice of values in memory.
+  // Rows never move, so the picks stay valid while training goes on: a row changed in
+  // between is read as it is then, and one whose key went (its row taken by another key)
+  // reads as zeros, as an absent key serves. Only a Clear or restore in between, which
+  // shrinks the stripes, makes SortSelected or ReadSortedValues return false.
   struct ServingSelection {
     std::vector<std::vector<uint64_t>> picked;  // per stripe, a bit per row number
     std::vector<int64_t> rows;                   // per stripe
@@ -224,9 +226,13 @@ class Table {
     uint64_t max_abs_key = 0;  // a key whose row holds max_abs_value
   };
   ServingSelection SelectForServing(int64_t min_count) const;
-  // The picked rows of `stripe`: hashes[i] is the TableHash of row i's key, ascending.
-  bool ReadSelected(const ServingSelection& selection, int stripe, std::vector<uint64_t>* hashes,
-                    std::vector<float>* values) const;
+  // The picked rows of `stripe` as (TableHash of the row's key, row number), ascending.
+  bool SortSelected(const ServingSelection& selection, int stripe,
+                    std::vector<std::pair<uint64_t, uint64_t>>* order) const;
+  // The values of rows order[begin, end) (from SortSelected of `stripe`) into values
+  // ((end - begin) x dim).
+  bool ReadSortedValues(int stripe, const std::vector<std::pair<uint64_t, uint64_t>>& order,
+                        size_t begin, size_t end, float* values) const;
 
   // Admission and eviction state beyond the rows, for checkpoints. Counters: admitted,
   // rejected, evicted (the statistics of those names).

@@ -42,29 +42,42 @@ Table::ServingSelection Table::SelectForServing(int64_t min_count) const {
   return out;
 }
 
-bool Table::ReadSelected(const ServingSelection& selection, int s, std::vector<uint64_t>* hashes,
-                         std::vector<float>* values) const {
+bool Table::SortSelected(const ServingSelection& selection, int s,
+                         std::vector<std::pair<uint64_t, uint64_t>>* order) const {
+  const Stripe& stripe = *stripes_[s];
+  const std::vector<uint64_t>& picked = selection.picked[s];
+  order->clear();
+  order->reserve(static_cast<size_t>(selection.rows[s]));
+  {
+    std::shared_lock<std::shared_mutex> lock(stripe.mu);
+    for (size_t word = 0; word < picked.size(); ++word) {
+      for (uint64_t bits = picked[word]; bits != 0; bits &= bits - 1) {
+        const uint64_t r = word * 64 + __builtin_ctzll(bits);
+        if (r >= stripe.rows_used) return false;  // cleared or restored since the picks
+        order->emplace_back(TableHash(reinterpret_cast<const RowHeader*>(stripe.Row(r, row_bytes_))->key), r);
+      }
+    }
+  }
+  std::sort(order->begin(), order->end());
+  return true;
+}
+
+bool Table::ReadSortedValues(int s, const std::vector<std::pair<uint64_t, uint64_t>>& order,
+                             size_t begin, size_t end, float* values) const {
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const Stripe& stripe = *stripes_[s];
-  const std::vector<uint64_t>& picked = selection.picked[s];
-  std::vector<std::pair<uint64_t, uint64_t>> order;  // (hash, row number)
-  order.reserve(static_cast<size_t>(selection.rows[s]));
   std::shared_lock<std::shared_mutex> lock(stripe.mu);
-  for (size_t word = 0; word < picked.size(); ++word) {
-    for (uint64_t bits = picked[word]; bits != 0; bits &= bits - 1) {
-      const uint64_t r = word * 64 + __builtin_ctzll(bits);
-      if (r >= stripe.rows_used) return false;  // cleared or restored since the picks
-      order.emplace_back(TableHash(reinterpret_cast<const RowHeader*>(stripe.Row(r, row_bytes_))->key), r);
+  for (size_t i = begin; i < end; ++i) {
+    const auto [hash, r] = order[i];
+    if (r >= stripe.rows_used) return false;
+    const RowView row = layout.View(stripe.Row(r, row_bytes_));
+    float* out = values + (i - begin) * dim;
+    if (TableHash(row.header->key) == hash) {
+      std::memcpy(out, row.value, sizeof(float) * dim);
+    } else {
+      std::fill(out, out + dim, 0.0f);  // its key went, and another key took the row
     }
-  }
-  std::sort(order.begin(), order.end());
-  hashes->resize(order.size());
-  values->resize(order.size() * static_cast<size_t>(dim));
-  for (size_t i = 0; i < order.size(); ++i) {
-    (*hashes)[i] = order[i].first;
-    std::memcpy(values->data() + i * dim, layout.View(stripe.Row(order[i].second, row_bytes_)).value,
-                sizeof(float) * dim);
   }
   return true;
 }

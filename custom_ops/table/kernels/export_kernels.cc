@@ -1,7 +1,10 @@
 // CPU kernel that exports a table shard to serving: the rows go from the table into a
-// tensor bundle one stripe at a time (tensor slices), so memory beyond the table stays at
-// a bit per row and one stripe's rows.
+// tensor bundle in TableHash order, stripe after stripe, in tensor slices of at most
+// slice_rows rows, so memory beyond the table stays at a bit per row, 16 bytes per row of
+// one stripe, and one slice, whatever the table's size.
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +40,9 @@ class TableExportForServingOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("values_key", &values_key_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("value_dtype", &value_dtype_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("min_count", &min_count_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slice_rows", &slice_rows_));
+    OP_REQUIRES(ctx, slice_rows_ > 0,
+                absl::InvalidArgumentError(absl::StrCat(kOp, ": slice_rows must be > 0, got ", slice_rows_)));
     OP_REQUIRES(ctx, !hashes_key_.empty() && !values_key_.empty() && hashes_key_ != values_key_,
                 absl::InvalidArgumentError(absl::StrCat(
                     kOp, ": hashes_key and values_key must be two different non-empty names")));
@@ -75,36 +81,40 @@ class TableExportForServingOp : public OpKernel {
       TF_RETURN_IF_ERROR(writer.Add(values_key_, Tensor(StoredType(), values_shape)));
       return writer.Finish();
     }
-    std::vector<uint64_t> hashes;
+    std::vector<std::pair<uint64_t, uint64_t>> order;
     std::vector<float> values;
     int64_t offset = 0;
+    const absl::Status changed = absl::AbortedError(absl::StrCat(
+        kOp, ": table '", name, "' was cleared or restored while it was being exported; export it again"));
     for (int s = 0; s < static_cast<int>(selection.rows.size()); ++s) {
       if (selection.rows[s] == 0) continue;
-      if (!table.ReadSelected(selection, s, &hashes, &values)) {
-        return absl::AbortedError(absl::StrCat(kOp, ": table '", name, "' was cleared or restored "
-                                               "while it was being exported; export it again"));
-      }
-      const int64_t n = static_cast<int64_t>(hashes.size());
-      Tensor hashes_slice(::tensorflow::DT_INT64, TensorShape({n}));
-      auto h = hashes_slice.flat<int64_t>();
-      for (int64_t i = 0; i < n; ++i) h(i) = static_cast<int64_t>(hashes[i] ^ kTopBit);
-      Tensor values_slice(StoredType(), TensorShape({n, dim}));
-      if (value_dtype_ == ::tensorflow::DT_HALF) {
-        auto v = values_slice.flat<int16_t>();
-        for (int64_t i = 0; i < n * dim; ++i) {
-          v(i) = static_cast<int16_t>(Eigen::numext::bit_cast<uint16_t>(static_cast<Eigen::half>(values[i])));
+      if (!table.SortSelected(selection, s, &order)) return changed;
+      for (size_t begin = 0; begin < order.size(); begin += static_cast<size_t>(slice_rows_)) {
+        const size_t end = std::min(order.size(), begin + static_cast<size_t>(slice_rows_));
+        const int64_t n = static_cast<int64_t>(end - begin);
+        values.resize(static_cast<size_t>(n * dim));
+        if (!table.ReadSortedValues(s, order, begin, end, values.data())) return changed;
+        Tensor hashes_slice(::tensorflow::DT_INT64, TensorShape({n}));
+        auto h = hashes_slice.flat<int64_t>();
+        for (int64_t i = 0; i < n; ++i) h(i) = static_cast<int64_t>(order[begin + i].first ^ kTopBit);
+        Tensor values_slice(StoredType(), TensorShape({n, dim}));
+        if (value_dtype_ == ::tensorflow::DT_HALF) {
+          auto v = values_slice.flat<int16_t>();
+          for (int64_t i = 0; i < n * dim; ++i) {
+            v(i) = static_cast<int16_t>(Eigen::numext::bit_cast<uint16_t>(static_cast<Eigen::half>(values[i])));
+          }
+        } else {
+          std::copy(values.begin(), values.end(), values_slice.flat<float>().data());
         }
-      } else {
-        std::copy(values.begin(), values.end(), values_slice.flat<float>().data());
+        TensorSlice hashes_part(1), values_part(2);
+        hashes_part.set_start(0, offset);
+        hashes_part.set_length(0, n);
+        values_part.set_start(0, offset);
+        values_part.set_length(0, n);
+        TF_RETURN_IF_ERROR(writer.AddSlice(hashes_key_, hashes_shape, hashes_part, hashes_slice));
+        TF_RETURN_IF_ERROR(writer.AddSlice(values_key_, values_shape, values_part, values_slice));
+        offset += n;
       }
-      TensorSlice hashes_part(1), values_part(2);
-      hashes_part.set_start(0, offset);
-      hashes_part.set_length(0, n);
-      values_part.set_start(0, offset);
-      values_part.set_length(0, n);
-      TF_RETURN_IF_ERROR(writer.AddSlice(hashes_key_, hashes_shape, hashes_part, hashes_slice));
-      TF_RETURN_IF_ERROR(writer.AddSlice(values_key_, values_shape, values_part, values_slice));
-      offset += n;
     }
     return writer.Finish();
   }
@@ -118,6 +128,7 @@ class TableExportForServingOp : public OpKernel {
   std::string hashes_key_, values_key_;
   DataType value_dtype_;
   int64_t min_count_ = 0;
+  int64_t slice_rows_ = 0;
 };
 
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableExportForServing").Device(::tensorflow::DEVICE_CPU),

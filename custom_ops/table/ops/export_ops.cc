@@ -16,6 +16,7 @@ REGISTER_OP("Tfps>TableExportForServing")
     .Attr("values_key: string")
     .Attr("value_dtype: {float, half} = DT_FLOAT")
     .Attr("min_count: int = 0")
+    .Attr("slice_rows: int = 65536")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle unused;
@@ -29,8 +30,9 @@ at `prefix` (`prefix.index`, `prefix.data-00000-of-00001`) holding two tensors: 
 `hashes_key` int64 [n], the TableHash of each row's key with its top bit flipped
 (ascending as int64, so stock tf.searchsorted finds a key), and under `values_key` the
 rows' values [n, dim] in the same order: float32, or for `value_dtype` half the int16 bit
-patterns of float16 values (bundles cannot read float16 tensors written in slices). Written one table stripe at a
-time as slices of the two tensors; a float16 export refuses values float16 rounds to inf
+patterns of float16 values (bundles cannot read float16 tensors written in slices).
+Written stripe after stripe as slices of the two tensors of at most `slice_rows` rows each
+(memory: 16 bytes per row of one stripe, and one slice); a float16 export refuses values float16 rounds to inf
 (magnitude 65520 and up) before writing anything. Returns n.
 )doc");
 
