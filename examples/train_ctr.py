@@ -9,7 +9,7 @@ serve, the chief trains, and an evaluator task (tfps-launch --evaluator, with a 
 --checkpoint_dir) evaluates each checkpoint the chief writes. Missing data is generated. In a cluster the chief runs a tf.data
 service, so each line is read by exactly one worker per epoch. Logs loss, AUC and
 examples/s per epoch, evaluates every line of the eval file once (under PSS too) beside the
-best AUC the generated data allows, saves checkpoints, and exports a SavedModel for serving. Training
+best AUC the generated data allows, saves checkpoints (the last 2 epochs'), and exports a SavedModel for serving. Training
 backs itself up with tfps.callbacks.IncrementalBackup (--backup_dir), so under
 tfps-launch a run whose parameter server dies restarts and resumes from its last backup.
 """
@@ -74,6 +74,29 @@ class Throughput(keras.callbacks.Callback):
               f"{rate:,.0f} examples/s", flush=True)
 
 
+class EpochCheckpoint(keras.callbacks.Callback):
+    """Writes the model's weights (as model.save_weights does, so load_weights reads them)
+    to directory/weights-EE at each epoch's end, records the newest as the directory's
+    latest (an evaluator's tf.train.checkpoints_iterator watches it), and keeps the last
+    `keep`. It writes through tfps.checkpoint.TracedWriter: Keras' ModelCheckpoint writes
+    eagerly, which under a cluster traces TensorFlow's save function anew every epoch."""
+
+    def __init__(self, directory, keep=2):
+        super().__init__()
+        self.directory, self.keep, self.written = directory, keep, []
+
+    def on_train_begin(self, logs=None):
+        self.writer = tfps.checkpoint.TracedWriter(tf.train.Checkpoint(root=self.model))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.written.append(self.writer.write(os.path.join(self.directory, f"weights-{epoch + 1:02d}")))
+        for old in self.written[:-self.keep]:
+            tfps.checkpoint.delete(old)
+        self.written = self.written[-self.keep:]
+        tf.compat.v1.train.update_checkpoint_state(self.directory, self.written[-1],
+                                                   all_model_checkpoint_paths=self.written)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "tfps-criteo"))
@@ -111,9 +134,7 @@ def main():
     if config and config["task"]["type"] == "evaluator":
         return evaluate_checkpoints(model, args, eval_files)
     checkpoint_dir = args.checkpoint_dir or tempfile.mkdtemp(prefix="tfps-ckpt-")
-    callbacks = [Throughput(steps * args.batch_size),
-                 keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, "weights-{epoch:02d}"),
-                                                 save_weights_only=True)]
+    callbacks = [Throughput(steps * args.batch_size), EpochCheckpoint(checkpoint_dir)]
     if args.tensorboard_dir:
         try:
             import tensorboard  # noqa: F401  (tf.summary writes nothing without it)

@@ -3,7 +3,8 @@
 # the DLRM-style example on a local cluster (2 PS, 2 workers) with tfps-launch, printing
 # each epoch, then evaluates every eval line once beside the best AUC the data allows,
 # exports a serving model and serves a few eval examples from it in a fresh process that
-# never imports tfps. TensorBoard logs go to $OUT_DIR/tensorboard.
+# never imports tfps. Everything goes under $OUT_DIR: data, checkpoints (the last 2
+# epochs'), backups (removed when training ends), logs, TensorBoard logs and exports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
@@ -12,5 +13,5 @@ DATA_DIR="${DATA_DIR:-$OUT_DIR/data}"
 EXPORT_DIR="$OUT_DIR/export/$(date +%Y%m%d-%H%M%S)"
 python3 -m tfps.launch --num_ps 2 --num_workers 2 --log_dir "${LOG_DIR:-$OUT_DIR/logs}" \
   examples/train_ctr.py --data_dir "$DATA_DIR" --rows_per_file 100000 --epochs 8 --export_dir "$EXPORT_DIR" \
-  --tensorboard_dir "$OUT_DIR/tensorboard" --backup_dir "$OUT_DIR/backup" "$@"
+  --tensorboard_dir "$OUT_DIR/tensorboard" --backup_dir "$OUT_DIR/backup" --checkpoint_dir "$OUT_DIR/checkpoints" "$@"
 env -u PYTHONPATH python3 examples/serve_export.py "$EXPORT_DIR"

@@ -1,8 +1,11 @@
 """examples/train_ctr.py runs end to end for a few steps, locally and on a launched cluster."""
 
+import importlib.util
 import os
 import subprocess
 import sys
+
+import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "train_ctr.py")
@@ -20,15 +23,25 @@ def run(cmd, tmp_path):
 def test_example_trains_evaluates_checkpoints_and_exports_locally(tmp_path):
     out = run([sys.executable, EXAMPLE, "--data_dir", str(tmp_path / "data"), "--checkpoint_dir",
                str(tmp_path / "ckpt"), "--export_dir", str(tmp_path / "export"),
-               "--backup_dir", str(tmp_path / "backup"), *ARGS], tmp_path)
-    assert "epoch 2: loss" in out and "examples/s" in out
+               "--backup_dir", str(tmp_path / "backup"), *ARGS, "--epochs", "3"], tmp_path)
+    assert "epoch 3: loss" in out and "examples/s" in out
     # The whole eval file (the last of 2 generated files), each line once, beside the best
     # AUC the generator's true probabilities reach on it.
     assert "eval over 3,000 examples: loss" in out
     best = float(out.split("best achievable on this data: auc ")[1].split(",")[0])
     assert 0.6 < best < 1.0
     assert "exported {'fields':" in out
-    assert any(name.startswith("weights") for name in os.listdir(tmp_path / "ckpt"))
+    # The last 2 epochs' weights, the newest recorded as the latest, read by load_weights.
+    assert sorted({name.split(".")[0].split("-tfps")[0] for name in os.listdir(tmp_path / "ckpt")
+                   if name.startswith("weights")}) == ["weights-02", "weights-03"]
+    latest = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+    assert latest.endswith("weights-03")
+    spec = importlib.util.spec_from_file_location("train_ctr", EXAMPLE)
+    train_ctr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_ctr)
+    model = train_ctr.build_model(tf.distribute.get_strategy(), 16, 0.3)
+    model.load_weights(latest).assert_existing_objects_matched()
+    assert model.get_layer("fields").table.size() > 0  # the trained rows came back
     assert os.path.exists(tmp_path / "export" / "saved_model.pb")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("PYTHONPATH", None)

@@ -18,6 +18,7 @@ extends that deletion to the table files of the same prefix.
 
 import contextlib
 import functools
+import os
 import threading
 import uuid
 
@@ -70,6 +71,11 @@ class TracedWriter:
         self._traced = {}  # changes_only -> (objects signature, function)
 
     def write(self, file_prefix, changes_only=False):
+        """Writes the checkpoint at `file_prefix` (creating its directory, as
+        `Checkpoint.write` does) and returns the prefix."""
+        directory = os.path.dirname(file_prefix)
+        if directory:
+            tf.io.gfile.makedirs(directory)
         signature = tuple(id(o) for o in tf.train.TrackableView(self._checkpoint).descendants())
         known = self._traced.get(changes_only)
         if known is None or known[0] != signature:
@@ -225,18 +231,25 @@ def restore_snapshot(table, files):
 
 
 def _check_layout(key, layout, table):
-    """Raises before any file is read if the saved table cannot go into `table`: its dim,
-    slots or optimizer differ, or its format is newer than this tfps reads."""
+    """Raises InvalidArgumentError before any file is read if the saved table cannot go
+    into `table`: its dim, slots or optimizer differ, or its format is newer than this tfps
+    reads."""
     dim, slots, optimizer = _layout(table)[1:4]
     fits = tf.reduce_all(tf.equal(layout[1:4], tf.constant([dim, slots, optimizer], tf.int64)))
     fits = tf.logical_and(fits, layout[0] <= FORMAT_VERSION)
     shown_key = key.replace("{", "(").replace("}", ")")  # braces are tf.strings.format's
-    message = tf.strings.format(
-        f"tfps: checkpointed table '{shown_key}' has format version {{}}, dim {{}}, {{}} optimizer "
-        f"slot(s) and optimizer {{}}, but the table restoring it has dim {dim}, {slots} optimizer "
-        f"slot(s) and optimizer {optimizer} ({_OPTIMIZERS[optimizer]}) and reads format versions "
-        f"up to {FORMAT_VERSION} (optimizers: 0 sgd, 1 adagrad, 2 adam, 3 ftrl)",
-        (layout[0], layout[1], layout[2], layout[3]))
+    saved_optimizer = tf.gather(tf.constant(_OPTIMIZERS + ("unknown",)),
+                                tf.clip_by_value(layout[3], 0, len(_OPTIMIZERS)))
+    message = tf.strings.join([  # format() would quote the optimizer's name
+        tf.strings.format(f"tfps: checkpointed table '{shown_key}' has format version {{}}, dim {{}}, "
+                          "{} optimizer slot(s) and optimizer {} (", (layout[0], layout[1], layout[2], layout[3])),
+        saved_optimizer,
+        f"), but the table restoring it has dim {dim}, {slots} optimizer slot(s) and optimizer "
+        f"{optimizer} ({_OPTIMIZERS[optimizer]}) and reads format versions up to {FORMAT_VERSION}"])
+    if tf.executing_eagerly():  # the sentence alone, not wrapped in an Assert's report
+        if not bool(fits):
+            raise tf.errors.InvalidArgumentError(None, None, message.numpy().decode())
+        return
     tf.debugging.Assert(fits, [message], summarize=1)
 
 
