@@ -27,6 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
+from tensorflow.python.checkpoint import checkpoint_management  # noqa: E402
 
 import tfps  # noqa: E402
 
@@ -93,8 +94,10 @@ class EpochCheckpoint(keras.callbacks.Callback):
         for old in self.written[:-self.keep]:
             tfps.checkpoint.delete(old)
         self.written = self.written[-self.keep:]
-        tf.compat.v1.train.update_checkpoint_state(self.directory, self.written[-1],
-                                                   all_model_checkpoint_paths=self.written)
+        # What CheckpointManager writes (its public twin is deprecated).
+        checkpoint_management.update_checkpoint_state_internal(
+            self.directory, self.written[-1], all_model_checkpoint_paths=self.written,
+            save_relative_paths=True)
 
 
 def main():
