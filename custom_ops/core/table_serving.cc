@@ -46,19 +46,38 @@ bool Table::SortSelected(const ServingSelection& selection, int s,
                          std::vector<std::pair<uint64_t, uint64_t>>* order) const {
   const Stripe& stripe = *stripes_[s];
   const std::vector<uint64_t>& picked = selection.picked[s];
-  order->clear();
-  order->reserve(static_cast<size_t>(selection.rows[s]));
+  const size_t rows = static_cast<size_t>(selection.rows[s]);
+  // A stripe's hashes share their top log2_stripes bits and are uniform below them: a
+  // counting sort on the next bits (about a row per bucket) places each pair near its
+  // spot, and sorting each small bucket finishes the order.
+  int bucket_bits = 0;
+  while (bucket_bits < 24 && (size_t{2} << bucket_bits) <= rows) ++bucket_bits;
+  const int shift = 64 - bucket_bits;
+  const auto bucket_of = [&](uint64_t hash) {
+    return bucket_bits == 0 ? 0 : static_cast<size_t>((hash << config_.log2_stripes) >> shift);
+  };
+  std::vector<uint32_t> starts((size_t{1} << bucket_bits) + 1, 0);
+  order->resize(rows);
   {
     std::shared_lock<std::shared_mutex> lock(stripe.mu);
-    for (size_t word = 0; word < picked.size(); ++word) {
-      for (uint64_t bits = picked[word]; bits != 0; bits &= bits - 1) {
-        const uint64_t r = word * 64 + __builtin_ctzll(bits);
-        if (r >= stripe.rows_used) return false;  // cleared or restored since the picks
-        order->emplace_back(TableHash(reinterpret_cast<const RowHeader*>(stripe.Row(r, row_bytes_))->key), r);
+    const auto for_each_pick = [&](const auto& fn) {
+      for (size_t word = 0; word < picked.size(); ++word) {
+        for (uint64_t bits = picked[word]; bits != 0; bits &= bits - 1) {
+          const uint64_t r = word * 64 + __builtin_ctzll(bits);
+          if (r >= stripe.rows_used) return false;  // cleared or restored since the picks
+          fn(TableHash(reinterpret_cast<const RowHeader*>(stripe.Row(r, row_bytes_))->key), r);
+        }
       }
-    }
+      return true;
+    };
+    if (!for_each_pick([&](uint64_t hash, uint64_t) { ++starts[bucket_of(hash) + 1]; })) return false;
+    for (size_t b = 1; b < starts.size(); ++b) starts[b] += starts[b - 1];
+    std::vector<uint32_t> next(starts.begin(), starts.end() - 1);
+    for_each_pick([&](uint64_t hash, uint64_t r) { (*order)[next[bucket_of(hash)]++] = {hash, r}; });
   }
-  std::sort(order->begin(), order->end());
+  for (size_t b = 0; b + 1 < starts.size(); ++b) {
+    if (starts[b + 1] - starts[b] > 1) std::sort(order->begin() + starts[b], order->begin() + starts[b + 1]);
+  }
   return true;
 }
 

@@ -897,6 +897,29 @@ void TestServingReadsPickedRowsInHashOrderWhileTheTableChanges() {
   CHECK_TRUE(t.SelectForServing(0).rows == std::vector<int64_t>(16, 0));
 }
 
+// SortSelected buckets a stripe's hashes by the bits below the stripe's own before sorting
+// each bucket: with one stripe and with 16, every picked row comes out once, ascending.
+void TestServingOrderOfLargeStripesIsSortedAndComplete() {
+  for (int log2_stripes : {0, 4}) {
+    Table t(Config(1, OptimizerKind::kSgd, InitializerKind::kZeros, log2_stripes));
+    std::vector<uint64_t> keys(100000);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 0x2545F4914F6CDD1DULL + 11;
+    std::vector<float> out(keys.size());
+    t.FindOrInsert(keys.data(), keys.size(), out.data(), kSerial);
+    const Table::ServingSelection picks = t.SelectForServing(0);
+    std::vector<uint64_t> got;
+    std::vector<std::pair<uint64_t, uint64_t>> order;
+    for (int s = 0; s < (1 << log2_stripes); ++s) {
+      CHECK_TRUE(t.SortSelected(picks, s, &order));
+      for (const auto& [hash, row] : order) got.push_back(hash);
+    }
+    std::vector<uint64_t> expected;
+    for (uint64_t k : keys) expected.push_back(TableHash(k));
+    std::sort(expected.begin(), expected.end());
+    CHECK_TRUE(got == expected);
+  }
+}
+
 void TestCrc32cKnownValuesAndExtension() {
   CHECK_TRUE(Crc32c(0, "123456789", 9) == 0xe3069283u);  // the standard check value
   CHECK_TRUE(Crc32c(0, "", 0) == 0);
@@ -927,6 +950,7 @@ void TestCrc32cKnownValuesAndExtension() {
 
 int main() {
   tfps::TestServingReadsPickedRowsInHashOrderWhileTheTableChanges();
+  tfps::TestServingOrderOfLargeStripesIsSortedAndComplete();
   tfps::TestCrc32cKnownValuesAndExtension();
   tfps::TestSavesTakeExactlyTheChangesSinceTheLastSave();
   tfps::TestChangesSavedInChunksOfAnySizeTakeEachChangedRowOnce();

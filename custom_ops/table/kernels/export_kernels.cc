@@ -1,7 +1,7 @@
 // CPU kernel that exports a table shard to serving: the rows go from the table into a
 // tensor bundle in TableHash order, stripe after stripe, in tensor slices of at most
-// slice_rows rows, so memory beyond the table stays at a bit per row, 16 bytes per row of
-// one stripe, and one slice, whatever the table's size.
+// slice_rows rows, so memory beyond the table stays at a bit per row, at most 24 bytes
+// per row of one stripe, and one slice, whatever the table's size.
 #include <algorithm>
 #include <string>
 #include <utility>
