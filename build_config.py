@@ -59,3 +59,14 @@ def tensorflow_flags():
     compile_flags = [f for f in tf.sysconfig.get_compile_flags() if not f.startswith("--std")]
     compile_flags.append(f'-DTFPS_TF_VERSION="{tf.__version__}"')
     return compile_flags, tf.sysconfig.get_link_flags()
+
+
+def compile_in_parallel(commands, cwd=None):
+    """Runs compile commands, as many at once as there are cores; CalledProcessError (naming
+    the command) if one fails."""
+    import concurrent.futures
+    import os
+    import subprocess
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
+        list(pool.map(lambda command: subprocess.run(command, cwd=cwd, check=True), commands))

@@ -1,6 +1,5 @@
 """Builds the tfps op library against the installed TensorFlow's tf.sysconfig flags."""
 
-import concurrent.futures
 import os
 import subprocess
 import sys
@@ -22,16 +21,10 @@ class BuildTfOpLibrary(build_ext):
         objects_dir = os.path.join(self.build_temp, "tfps_objects")
         os.makedirs(objects_dir, exist_ok=True)
 
-        def compile_one(source):
-            obj = os.path.join(objects_dir, source.replace("/", "_") + ".o")
-            cmd = [cxx, "-c", os.path.join(HERE, source), "-o", obj, "-I", HERE]
-            cmd += build_config.CXXFLAGS + compile_flags
-            subprocess.run(cmd, check=True)
-            return obj
-
-        jobs = max(1, os.cpu_count() or 1)
-        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            objects = list(pool.map(compile_one, ext.sources))
+        objects = [os.path.join(objects_dir, source.replace("/", "_") + ".o") for source in ext.sources]
+        build_config.compile_in_parallel(
+            [[cxx, "-c", os.path.join(HERE, source), "-o", obj, "-I", HERE] + build_config.CXXFLAGS + compile_flags
+             for source, obj in zip(ext.sources, objects)])
         output = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(output), exist_ok=True)
         subprocess.run([cxx, "-shared", "-o", output] + objects + link_flags + ["-pthread"],

@@ -16,7 +16,6 @@ table built against host_emulation.h; for tests on machines without a GPU. Needs
 """
 
 import argparse
-import concurrent.futures
 import os
 import re
 import shutil
@@ -66,10 +65,10 @@ def toolkit_dirs(nvcc):
 
 
 def compile_all(jobs):
-    with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        for done in pool.map(lambda cmd: subprocess.run(cmd, cwd=ROOT), jobs):
-            if done.returncode != 0:
-                sys.exit(f"build_gpu_ops: compiling failed: {' '.join(done.args)}")
+    try:
+        build_config.compile_in_parallel(jobs, cwd=ROOT)
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"build_gpu_ops: compiling failed: {' '.join(e.cmd)}")
 
 
 def build(mode, out, work):

@@ -1,6 +1,5 @@
 """Builds and runs the plain C++ tests of the TF-free table core (incl. the stress test)."""
 
-import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -16,14 +15,11 @@ FLAGS = {"debug": ["-std=c++17", "-O2", "-g", "-pthread"],
 
 
 def compile_objects(cxx, flags, sources, directory):
-    """Compiles sources into directory, as many at once as there are cores."""
-    def one(source):
-        obj = os.path.join(directory, source.replace("/", "_") + ".o")
-        subprocess.run([cxx, *flags, "-I", ROOT, "-c", os.path.join(ROOT, source), "-o", obj],
-                       check=True, timeout=600)
-        return obj
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return list(pool.map(one, sources))
+    """Object files of sources, compiled into directory at once."""
+    objects = [os.path.join(directory, source.replace("/", "_") + ".o") for source in sources]
+    build_config.compile_in_parallel([[cxx, *flags, "-I", ROOT, "-c", os.path.join(ROOT, source), "-o", obj]
+                                      for source, obj in zip(sources, objects)])
+    return objects
 
 
 @pytest.fixture(scope="module")
