@@ -212,7 +212,7 @@ class Table {
 
   // Serving exports read the rows in passes: SelectForServing picks the live rows whose
   // occurrence count is at least min_count (a bit per row number); SortSelected orders one
-  // stripe's picks by TableHash (at most 24 bytes a row), and ReadSortedValues reads their
+  // stripe's picks by TableHash (at most 20 bytes a row), and ReadSortedValues reads their
   // values a slice at a time. Stripes are ranges of TableHash, so stripe after stripe the table
   // comes out in hash order, with one stripe's order and one slice of values in memory.
   // Rows never move, so the picks stay valid while training goes on: a row changed in

@@ -56,7 +56,9 @@ bool Table::SortSelected(const ServingSelection& selection, int s,
   const auto bucket_of = [&](uint64_t hash) {
     return bucket_bits == 0 ? 0 : static_cast<size_t>((hash << config_.log2_stripes) >> shift);
   };
-  std::vector<uint32_t> starts((size_t{1} << bucket_bits) + 1, 0);
+  // ends[b]: first the end of bucket b in `order`; placing a pair moves it down, so once
+  // all are placed it is the bucket's start.
+  std::vector<uint32_t> ends(size_t{1} << bucket_bits, 0);
   order->resize(rows);
   {
     std::shared_lock<std::shared_mutex> lock(stripe.mu);
@@ -70,13 +72,13 @@ bool Table::SortSelected(const ServingSelection& selection, int s,
       }
       return true;
     };
-    if (!for_each_pick([&](uint64_t hash, uint64_t) { ++starts[bucket_of(hash) + 1]; })) return false;
-    for (size_t b = 1; b < starts.size(); ++b) starts[b] += starts[b - 1];
-    std::vector<uint32_t> next(starts.begin(), starts.end() - 1);
-    for_each_pick([&](uint64_t hash, uint64_t r) { (*order)[next[bucket_of(hash)]++] = {hash, r}; });
+    if (!for_each_pick([&](uint64_t hash, uint64_t) { ++ends[bucket_of(hash)]; })) return false;
+    for (size_t b = 1; b < ends.size(); ++b) ends[b] += ends[b - 1];
+    for_each_pick([&](uint64_t hash, uint64_t r) { (*order)[--ends[bucket_of(hash)]] = {hash, r}; });
   }
-  for (size_t b = 0; b + 1 < starts.size(); ++b) {
-    if (starts[b + 1] - starts[b] > 1) std::sort(order->begin() + starts[b], order->begin() + starts[b + 1]);
+  for (size_t b = 0; b < ends.size(); ++b) {
+    const size_t end = b + 1 < ends.size() ? ends[b + 1] : rows;
+    if (end - ends[b] > 1) std::sort(order->begin() + ends[b], order->begin() + end);
   }
   return true;
 }

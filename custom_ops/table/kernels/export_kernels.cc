@@ -1,6 +1,6 @@
 // CPU kernel that exports a table shard to serving: the rows go from the table into a
 // tensor bundle in TableHash order, stripe after stripe, in tensor slices of at most
-// slice_rows rows, so memory beyond the table stays at a bit per row, at most 24 bytes
+// slice_rows rows, so memory beyond the table stays at a bit per row, at most 20 bytes
 // per row of one stripe, and one slice, whatever the table's size.
 #include <algorithm>
 #include <string>
@@ -82,7 +82,7 @@ class TableExportForServingOp : public OpKernel {
       return writer.Finish();
     }
     std::vector<std::pair<uint64_t, uint64_t>> order;
-    std::vector<float> values;
+    std::vector<float> half_source;  // a float16 slice's values before conversion
     int64_t offset = 0;
     const absl::Status changed = absl::AbortedError(absl::StrCat(
         kOp, ": table '", name, "' was cleared or restored while it was being exported; export it again"));
@@ -92,31 +92,38 @@ class TableExportForServingOp : public OpKernel {
       for (size_t begin = 0; begin < order.size(); begin += static_cast<size_t>(slice_rows_)) {
         const size_t end = std::min(order.size(), begin + static_cast<size_t>(slice_rows_));
         const int64_t n = static_cast<int64_t>(end - begin);
-        values.resize(static_cast<size_t>(n * dim));
-        if (!table.ReadSortedValues(s, order, begin, end, values.data())) return changed;
         Tensor hashes_slice(::tensorflow::DT_INT64, TensorShape({n}));
         auto h = hashes_slice.flat<int64_t>();
         for (int64_t i = 0; i < n; ++i) h(i) = static_cast<int64_t>(order[begin + i].first ^ kTopBit);
         Tensor values_slice(StoredType(), TensorShape({n, dim}));
-        if (value_dtype_ == ::tensorflow::DT_HALF) {
+        const bool half = value_dtype_ == ::tensorflow::DT_HALF;
+        if (half) half_source.resize(static_cast<size_t>(n * dim));
+        float* read_into = half ? half_source.data() : values_slice.flat<float>().data();
+        if (!table.ReadSortedValues(s, order, begin, end, read_into)) return changed;
+        if (half) {
           auto v = values_slice.flat<int16_t>();
           for (int64_t i = 0; i < n * dim; ++i) {
-            v(i) = static_cast<int16_t>(Eigen::numext::bit_cast<uint16_t>(static_cast<Eigen::half>(values[i])));
+            v(i) = static_cast<int16_t>(Eigen::numext::bit_cast<uint16_t>(static_cast<Eigen::half>(half_source[i])));
           }
-        } else {
-          std::copy(values.begin(), values.end(), values_slice.flat<float>().data());
         }
-        TensorSlice hashes_part(1), values_part(2);
-        hashes_part.set_start(0, offset);
-        hashes_part.set_length(0, n);
-        values_part.set_start(0, offset);
-        values_part.set_length(0, n);
-        TF_RETURN_IF_ERROR(writer.AddSlice(hashes_key_, hashes_shape, hashes_part, hashes_slice));
-        TF_RETURN_IF_ERROR(writer.AddSlice(values_key_, values_shape, values_part, values_slice));
+        TF_RETURN_IF_ERROR(AddSlices(&writer, rows, dim, offset, hashes_slice, values_slice));
         offset += n;
       }
     }
     return writer.Finish();
+  }
+
+  // The next n rows' slices, starting at `offset`, of the two tensors of `rows` rows.
+  absl::Status AddSlices(::tensorflow::BundleWriter* writer, int64_t rows, int64_t dim, int64_t offset,
+                         const Tensor& hashes_slice, const Tensor& values_slice) const {
+    const int64_t n = hashes_slice.dim_size(0);
+    TensorSlice hashes_part(1), values_part(2);
+    hashes_part.set_start(0, offset);
+    hashes_part.set_length(0, n);
+    values_part.set_start(0, offset);
+    values_part.set_length(0, n);
+    TF_RETURN_IF_ERROR(writer->AddSlice(hashes_key_, TensorShape({rows}), hashes_part, hashes_slice));
+    return writer->AddSlice(values_key_, TensorShape({rows, dim}), values_part, values_slice);
   }
 
   // Bundles cannot read back float16 tensors written in slices, so float16 values are

@@ -32,7 +32,7 @@ at `prefix` (`prefix.index`, `prefix.data-00000-of-00001`) holding two tensors: 
 rows' values [n, dim] in the same order: float32, or for `value_dtype` half the int16 bit
 patterns of float16 values (bundles cannot read float16 tensors written in slices).
 Written stripe after stripe as slices of the two tensors of at most `slice_rows` rows each
-(memory: at most 24 bytes per row of one stripe, and one slice); a float16 export refuses values float16 rounds to inf
+(memory: at most 20 bytes per row of one stripe, and one slice); a float16 export refuses values float16 rounds to inf
 (magnitude 65520 and up) before writing anything. Returns n.
 )doc");
 
