@@ -515,44 +515,41 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
   return true;
 }
 
-void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
-                   const ParallelFor& parallel_for) {
-  const int dim = config_.dim;
+template <typename Write>
+void Table::WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key,
+                      const ParallelFor& parallel_for, Write&& write) {
   const int64_t clock = apply_calls_.load();
-  ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
+  ForEachStripeGroup(keys, n, cost_per_key, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
-      const int64_t i = batch.order[j];
       bool inserted;
-      const RowView row = AcquireRow(s, batch, j, true, clock, &inserted);
-      std::memcpy(row.value, values + i * dim, dim * sizeof(float));
+      write(AcquireRow(s, batch, j, true, clock, &inserted), batch.order[j]);
     });
   }, /*inserts=*/true);
+}
+
+void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
+                   const ParallelFor& parallel_for) {
+  const int dim = config_.dim;
+  WriteRows(keys, n, 60 + 2 * dim, parallel_for, [&](const RowView& row, int64_t i) {
+    std::memcpy(row.value, values + i * dim, dim * sizeof(float));
+  });
 }
 
 void Table::Import(const uint64_t* keys, int64_t n, const float* values, const float* slots,
                    const int64_t* metadata, const ParallelFor& parallel_for) {
   const int dim = config_.dim;
-  const RowLayout layout = LayoutOf(config_);
-  const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
-  const int64_t clock = apply_calls_.load();
-  ForEachStripeGroup(keys, n, 60 + 3 * dim, /*shared_lock=*/false, parallel_for,
-                     [&](Stripe& s, const StripeBatch& batch) {
-    std::unique_lock<std::shared_mutex> lock(s.mu);
-    PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
-      const int64_t i = batch.order[j];
-      bool inserted;
-      const RowView row = AcquireRow(s, batch, j, true, clock, &inserted);
-      std::memcpy(row.value, values + i * dim, dim * sizeof(float));
-      std::memcpy(row.slots, slots + i * slot_width, slot_width * sizeof(float));
-      const int64_t* meta = metadata + i * kNumMetadata;
-      row.header->count = ClampToU32(meta[kCount]);
-      row.header->last_step = ClampToU32(meta[kLastStep]);
-      if (row.optimizer_step != nullptr) *row.optimizer_step = ClampToU32(meta[kOptimizerStep]);
-      if (row.score != nullptr) *row.score = ScoreFromMetadata(meta[kScore]);
-    });
-  }, /*inserts=*/true);
+  const int64_t slot_width = static_cast<int64_t>(LayoutOf(config_).num_slots) * dim;
+  WriteRows(keys, n, 60 + 3 * dim, parallel_for, [&](const RowView& row, int64_t i) {
+    std::memcpy(row.value, values + i * dim, dim * sizeof(float));
+    std::memcpy(row.slots, slots + i * slot_width, slot_width * sizeof(float));
+    const int64_t* meta = metadata + i * kNumMetadata;
+    row.header->count = ClampToU32(meta[kCount]);
+    row.header->last_step = ClampToU32(meta[kLastStep]);
+    if (row.optimizer_step != nullptr) *row.optimizer_step = ClampToU32(meta[kOptimizerStep]);
+    if (row.score != nullptr) *row.score = ScoreFromMetadata(meta[kScore]);
+  });
 }
 
 int64_t Table::Remove(const uint64_t* keys, int64_t n, const ParallelFor& parallel_for) {

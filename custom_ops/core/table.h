@@ -292,6 +292,11 @@ class Table {
   // Sum of count(stripe) over the stripes, each read under its shared lock.
   template <typename Fn>
   int64_t SumOverStripes(Fn&& count) const;
+  // Calls write(row, i) with the row of each keys[i], inserted (initial value, fresh
+  // slots) if absent, under its stripe's exclusive lock; the row counts as changed.
+  template <typename Write>
+  void WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key,
+                 const ParallelFor& parallel_for, Write&& write);
 
   TableConfig config_;
   size_t row_bytes_;
