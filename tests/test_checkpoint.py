@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tfps
+from tests.table_rows import assert_same_rows, sorted_rows
 from tfps.sharded_table import ShardedTable
 
 DIM = 4
@@ -22,17 +23,6 @@ def trained_table(table):
         table.apply_gradients(KEYS[i::3], np.full((len(KEYS[i::3]), DIM), 0.1 * (i + 1), np.float32),
                               step=-1)
     return table
-
-
-def sorted_rows(table):
-    rows = table.export()
-    order = np.argsort(rows.keys.numpy())
-    return {name: getattr(rows, name).numpy()[order] for name in rows._fields}
-
-
-def assert_same_rows(a, b):
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
 def table_files(directory):
@@ -336,55 +326,3 @@ def test_after_a_restore_the_next_changes_are_only_what_changed_since(tmp_path):
     tf.train.Checkpoint(table=follower).read(whole)
     assert int(ops.tfps_row_files_check(follower.resource_handle, files, [3], dim=DIM, num_slots=1,
                                         optimizer="adagrad")) >= 0
-
-
-@pytest.mark.parametrize("arguments,message", [
-    (dict(save_freq=0), r'save_freq \("epoch" or a number of steps\) must be a positive int, got 0'),
-    (dict(save_freq="batch"), "save_freq .* got 'batch'"),
-    (dict(full_every=0), "full_every must be a positive int, got 0"),
-    (dict(every_seconds=-1), "every_seconds must be > 0, got -1"),
-])
-def test_incremental_backup_refuses_bad_arguments_naming_them(tmp_path, arguments, message):
-    with pytest.raises(ValueError, match=message):
-        tfps.callbacks.IncrementalBackup(str(tmp_path), **arguments)
-
-
-def test_incremental_backup_resumes_fit_with_the_rows_of_its_last_backup(tmp_path):
-    import tf_keras as keras
-    rng = np.random.default_rng(0)
-    x = rng.integers(0, 5000, size=(64 * 12, 2)).astype(np.int64)
-    y = (x[:, 0] % 2).astype(np.float32)
-    layer = tfps.keras_layers.DynamicEmbedding(4, combiner="sum", optimizer=tfps.optimizers.Adagrad(0.1))
-    model = keras.Sequential([keras.Input((2,), dtype=tf.int64), layer, keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    backups, directory = [], str(tmp_path / "backup")
-
-    class Record(keras.callbacks.Callback):
-        """Keeps the rows as each backup saved them, and stops at step 10 of epoch 1."""
-        def on_train_batch_end(self, batch, logs=None):
-            chain = os.path.join(directory, "chief", "chain.json")
-            if os.path.exists(chain) and os.path.getmtime(chain) != (backups[-1][0] if backups else None):
-                backups.append((os.path.getmtime(chain), sorted_rows(layer.table),
-                                open(chain).read()))
-            if self.params and batch == 9 and len(backups) >= 5:
-                raise RuntimeError("simulated preemption")
-
-    backup = tfps.callbacks.IncrementalBackup(directory, save_freq=4, full_every=3)
-    with pytest.raises(RuntimeError, match="simulated preemption"):
-        model.fit(x, y, batch_size=64, epochs=3, shuffle=False, verbose=0, callbacks=[backup, Record()])
-    import json
-    chain = json.loads(backups[-1][2])["chain"]
-    assert len(chain) in (2, 3) and chain[0] != "ckpt-1"  # a later whole backup began the chain
-    files = os.listdir(os.path.join(directory, "chief"))
-    assert not any(f.startswith("ckpt-1.") or f.startswith("ckpt-1-") for f in files)  # dropped
-    layer.table.clear()
-    restored = {}
-
-    class Capture(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            restored.update(sorted_rows(layer.table))
-
-    model.fit(x, y, batch_size=64, epochs=3, shuffle=False, verbose=0,
-              callbacks=[tfps.callbacks.IncrementalBackup(directory, save_freq=4, full_every=3), Capture()])
-    assert_same_rows(restored, backups[-1][1])
-    assert not os.path.exists(os.path.join(directory, "chief"))  # deleted when fit ended

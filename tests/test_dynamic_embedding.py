@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 import tfps
+from tests.table_rows import assert_same_rows, sorted_rows
 from tfps.keras_layers import DynamicEmbedding
 
 VOCAB, DIM, FIELDS = 40, 4, 3
@@ -194,14 +195,7 @@ def test_backup_and_restore_brings_the_table_back_after_an_interruption(tmp_path
 
     model.fit(x, y, epochs=4, batch_size=32, verbose=0, callbacks=[backup, CheckRestored()])
     # The backup is taken at the end of each epoch, before the interruption in epoch 1.
-    for saved, restored in zip(snapshots[1], snapshots["restored"]):
-        np.testing.assert_array_equal(saved, restored)
-
-
-def sorted_rows(table):
-    rows = table.export()
-    order = np.argsort(rows.keys.numpy())
-    return [t.numpy()[order] for t in rows]
+    assert_same_rows(snapshots[1], snapshots["restored"])
 
 
 def test_default_seeds_make_two_layers_start_independent_and_a_rebuilt_layer_start_the_same():

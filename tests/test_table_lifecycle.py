@@ -11,13 +11,8 @@ import pytest
 import tensorflow as tf
 
 import tfps
+from tests.table_rows import assert_same_rows, sorted_rows
 from tfps import _ops
-
-
-def sorted_rows(table):
-    rows = table.export()
-    order = np.argsort(rows.keys.numpy())
-    return [t.numpy()[order] for t in rows]
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl"])
@@ -36,13 +31,11 @@ def test_checkpoint_saves_and_restores_keys_values_slots_metadata(tmp_path, opti
     table.find_or_insert([777])
     checkpoint.restore(path).assert_consumed()
     restored = sorted_rows(table)
-    for a, b in zip(saved, restored):
-        np.testing.assert_array_equal(a, b)
+    assert_same_rows(saved, restored)
 
     fresh = tfps.DynamicTable(3, optimizer=optimizer, seed=4)
     tf.train.Checkpoint(table=fresh).restore(path).assert_consumed()
-    for a, b in zip(saved, sorted_rows(fresh)):
-        np.testing.assert_array_equal(a, b)
+    assert_same_rows(saved, sorted_rows(fresh))
 
 
 def test_checkpoint_written_inside_a_tf_function_and_by_a_manager(tmp_path):
@@ -58,8 +51,7 @@ def test_checkpoint_written_inside_a_tf_function_and_by_a_manager(tmp_path):
         table.clear()
         table.find_or_insert([9])
         checkpoint.read(restore_from).expect_partial()  # write() keeps no save counter
-        for a, b in zip(saved, sorted_rows(table)):
-            np.testing.assert_array_equal(a, b)
+        assert_same_rows(saved, sorted_rows(table))
 
 
 def test_optimizer_and_initializer_configs_round_trip():

@@ -22,6 +22,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 import tfps  # noqa: E402
+from tests.table_rows import sorted_rows  # noqa: E402
 
 SAVE_EVERY, STEPS_PER_EXECUTION, EPOCHS, STEPS_PER_EPOCH = 10, 5, 6, 20
 
@@ -31,12 +32,6 @@ def dataset_fn(_):
         ids = tf.stack([tf.math.floormod(r, 5000), tf.math.floormod(r // 5000, 700)])
         return ids, tf.cast(tf.math.floormod(r, 7) < 3, tf.float32)
     return tf.data.Dataset.random(seed=5).map(example).batch(64).repeat()
-
-
-def sorted_rows(table):
-    rows = table.export()
-    order = np.argsort(rows.keys.numpy())
-    return {name: getattr(rows, name).numpy()[order] for name in rows._fields}
 
 
 def main(directory):

@@ -16,6 +16,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 import tfps  # noqa: E402
+from tests.table_rows import sorted_rows  # noqa: E402
 
 
 def dataset_fn(_):
@@ -34,12 +35,6 @@ def build(strategy):
         model.compile(optimizer=keras.optimizers.legacy.Adagrad(0.05), loss="binary_crossentropy",
                       steps_per_execution=5)
     return model, embedding
-
-
-def sorted_rows(table):
-    rows = table.export()
-    order = np.argsort(rows.keys.numpy())
-    return {name: getattr(rows, name).numpy()[order] for name in rows._fields}
 
 
 def backup_and_resume(model, embedding, directory):

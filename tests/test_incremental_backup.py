@@ -1,0 +1,207 @@
+"""IncrementalBackup under model.fit: when backups are taken, what a restarted fit restores
+and where it resumes, and what it does with backups it cannot read."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+from tests.table_rows import assert_same_rows, sorted_rows
+from tfps.callbacks import IncrementalBackup, ResumePoint
+
+BATCH, STEPS_PER_EPOCH = 64, 12
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 5000, size=(BATCH * STEPS_PER_EPOCH, 2)).astype(np.int64)
+    return x, (x[:, 0] % 2).astype(np.float32)
+
+
+def model_and_layer():
+    layer = tfps.keras_layers.DynamicEmbedding(4, combiner="sum", optimizer=tfps.optimizers.Adagrad(0.1))
+    model = keras.Sequential([keras.Input((2,), dtype=tf.int64), layer, keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model, layer
+
+
+class Watch(keras.callbacks.Callback):
+    """Runs after the backup callback: records every backup as it lands (chain.json's
+    content and the table's rows then), the steps fit runs, and the rows restored; raises
+    a simulated preemption at the end of step `stop_at` = (epoch, batch)."""
+
+    def __init__(self, directory, layer, stop_at=None):
+        super().__init__()
+        self.chain_path = os.path.join(directory, "chief", "chain.json")
+        self.layer, self.stop_at = layer, stop_at
+        self.backups, self.steps, self.restored, self.epoch = [], [], None, None
+
+    def _record_backup(self):
+        if os.path.exists(self.chain_path):
+            with open(self.chain_path) as f:
+                state = json.load(f)
+            if not self.backups or self.backups[-1][0] != state:
+                self.backups.append((state, sorted_rows(self.layer.table)))
+
+    def on_train_begin(self, logs=None):
+        self.restored = sorted_rows(self.layer.table)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.steps.append((self.epoch, batch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._record_backup()
+        if (self.epoch, batch) == self.stop_at:
+            raise RuntimeError("simulated preemption")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._record_backup()
+
+
+def fit(model, backup, watch, epochs=3):
+    x, y = data()
+    model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0, callbacks=[backup, watch])
+
+
+def interrupted_then_resumed(directory, stop_at, **backup_args):
+    """Trains until a preemption at `stop_at`, empties the table as a new process would
+    start, and fits again from the backups: (watch of the first fit, of the second, the
+    resume point between them)."""
+    model, layer = model_and_layer()
+    first = Watch(directory, layer, stop_at)
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        fit(model, IncrementalBackup(directory, **backup_args), first)
+    resume_point = IncrementalBackup.resume_point(directory)
+    layer.table.clear()
+    second = Watch(directory, layer)
+    fit(model, IncrementalBackup(directory, **backup_args), second)
+    return first, second, resume_point
+
+
+def table_files(directory, backup):
+    return glob.glob(os.path.join(directory, "chief", f"{backup}-tfps.DynamicTable.t*.shard-*"))
+
+
+@pytest.mark.parametrize("arguments,message", [
+    (dict(save_freq=0), r'save_freq \("epoch" or a number of steps\) must be a positive int, got 0'),
+    (dict(save_freq="batch"), "save_freq .* got 'batch'"),
+    (dict(full_every=0), "full_every must be a positive int, got 0"),
+    (dict(every_seconds=-1), "every_seconds must be a number > 0, got -1"),
+    (dict(every_seconds="60"), "every_seconds must be a number > 0, got '60'"),
+    (dict(backup_dir=""), "backup_dir must be a non-empty path, got ''"),
+    (dict(backup_dir=None), "backup_dir must be a non-empty path, got None"),
+    (dict(backup_dir=123), "backup_dir must be a non-empty path, got 123"),
+])
+def test_bad_arguments_are_refused_naming_them(tmp_path, arguments, message):
+    arguments = dict(dict(backup_dir=str(tmp_path)), **arguments)
+    with pytest.raises(ValueError, match="IncrementalBackup: " + message):
+        IncrementalBackup(**arguments)
+
+
+def test_a_directory_that_cannot_hold_backups_fails_when_fit_starts(tmp_path):
+    a_file = tmp_path / "not_a_directory"
+    a_file.write_text("")
+    model, layer = model_and_layer()
+    watch = Watch(str(a_file), layer)
+    with pytest.raises(ValueError, match=f"IncrementalBackup: cannot write backups under {a_file}/chief"):
+        fit(model, IncrementalBackup(str(a_file), save_freq=5), watch)
+    assert watch.steps == []
+
+
+def test_a_restarted_fit_restores_the_rows_of_the_last_backup_and_resumes_after_it(tmp_path):
+    directory = str(tmp_path / "backup")
+    # Steps end at 5, 10, ..., 20 of 36: the last backup is after step 20, epoch 1 batch 7.
+    assert IncrementalBackup.resume_point(directory) is None
+    first, second, resume_point = interrupted_then_resumed(directory, stop_at=(1, 9), save_freq=5,
+                                                           full_every=3)
+    states = [state for state, _ in first.backups]
+    assert [(s["epoch"], s["batch"], s["steps_done"]) for s in states] == [
+        (0, 4, 5), (0, 9, 10), (1, 2, 15), (1, 7, 20)]
+    assert [s["chain"] for s in states] == [
+        ["ckpt-1"], ["ckpt-1", "ckpt-2"], ["ckpt-1", "ckpt-2", "ckpt-3"], ["ckpt-4"]]
+    assert not table_files(directory, "ckpt-1")  # dropped with its chain
+    assert_same_rows(second.restored, first.backups[-1][1])
+    assert resume_point == ResumePoint(epoch=1, step=8, steps_done=20)
+    assert second.steps[0] == (1, 8)
+    assert len(second.steps) == 36 - 20
+    assert not os.path.exists(os.path.join(directory, "chief"))  # deleted when fit ended
+
+
+def test_a_save_freq_longer_than_an_epoch_counts_steps_across_epochs(tmp_path):
+    directory = str(tmp_path / "backup")
+    model, layer = model_and_layer()
+    watch = Watch(directory, layer)
+    fit(model, IncrementalBackup(directory, save_freq=15, delete_checkpoint=False), watch, epochs=5)
+    assert [(s["epoch"], s["batch"], s["steps_done"]) for s, _ in watch.backups] == [
+        (1, 2, 15), (2, 5, 30), (3, 8, 45), (4, 11, 60)]
+
+
+def test_a_backup_taken_mid_epoch_by_time_resumes_within_that_epoch(tmp_path):
+    directory = str(tmp_path / "backup")
+    # every_seconds this short backs up at every step end.
+    first, second, _ = interrupted_then_resumed(directory, stop_at=(1, 4), every_seconds=1e-9)
+    assert (first.backups[-1][0]["epoch"], first.backups[-1][0]["batch"]) == (1, 4)
+    assert_same_rows(second.restored, first.backups[-1][1])
+    assert second.steps[0] == (1, 5)
+
+
+def test_epoch_backups_resume_at_the_start_of_the_interrupted_epoch(tmp_path):
+    directory = str(tmp_path / "backup")
+    first, second, _ = interrupted_then_resumed(directory, stop_at=(1, 3))
+    assert (first.backups[-1][0]["epoch"], first.backups[-1][0]["batch"]) == (0, -1)
+    assert_same_rows(second.restored, first.backups[-1][1])
+    assert second.steps[0] == (1, 0)
+
+
+def corrupt(path):
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(size // 2)
+        byte = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "delete"])
+def test_an_unreadable_backup_of_changes_resumes_from_the_backup_before_it(tmp_path, capfd, damage):
+    directory = str(tmp_path / "backup")
+    model, layer = model_and_layer()
+    first = Watch(directory, layer, stop_at=(1, 9))
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        fit(model, IncrementalBackup(directory, save_freq=5), first)
+    assert first.backups[-1][0]["chain"] == ["ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4"]
+    (damaged,) = table_files(directory, "ckpt-4")
+    corrupt(damaged) if damage == "corrupt" else os.remove(damaged)
+    layer.table.clear()
+    capfd.readouterr()
+    second = Watch(directory, layer)
+    fit(model, IncrementalBackup(directory, save_freq=5), second)
+    assert "backup ckpt-4 in" in capfd.readouterr().err
+    assert_same_rows(second.restored, first.backups[-2][1])
+    assert second.steps[0] == (1, 3)  # after the backup of step 15, epoch 1 batch 2
+    # The chain was cut before ckpt-4 when the restore fell back, and the next backup follows ckpt-3.
+    assert [state["chain"] for state, _ in second.backups[:2]] == [
+        ["ckpt-1", "ckpt-2", "ckpt-3"], ["ckpt-1", "ckpt-2", "ckpt-3", "ckpt-5"]]
+
+
+def test_an_unreadable_whole_backup_or_chain_file_fails_naming_it(tmp_path):
+    directory = str(tmp_path / "backup")
+    model, layer = model_and_layer()
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        fit(model, IncrementalBackup(directory, save_freq=5), Watch(directory, layer, stop_at=(0, 9)))
+    (whole,) = table_files(directory, "ckpt-1")
+    corrupt(whole)
+    with pytest.raises(ValueError, match="IncrementalBackup: the whole backup ckpt-1 in .* cannot be read"):
+        fit(model, IncrementalBackup(directory), Watch(directory, layer))
+    with open(os.path.join(directory, "chief", "chain.json"), "w") as f:
+        f.write('{"chain": ["ckpt-1"')
+    with pytest.raises(ValueError, match="IncrementalBackup: .*chain.json is not a list of backups"):
+        fit(model, IncrementalBackup(directory), Watch(directory, layer))
