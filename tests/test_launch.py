@@ -121,3 +121,21 @@ def test_tasks_die_with_a_launcher_killed_by_sigkill(tmp_path):
     proc.communicate(timeout=30)
     wait_until_all_exit({name: pid for name, pid in pids.values.items() if not name.endswith("_child")}, 15)
     pids.close()
+
+
+def test_bad_flags_are_refused_naming_them_before_any_task_starts(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    cases = [
+        (["--max_restarts", "-1", PROGRAM], "need --max_restarts >= 0 and --max_worker_restarts >= 0, got -1 and 3"),
+        (["--max_worker_restarts", "-2", PROGRAM], "got 3 and -2"),
+        (["--log_dir", str(a_file / "logs"), PROGRAM], f"cannot make the log directory --log_dir {a_file}/logs"),
+        ([str(tmp_path)], f"{tmp_path} is not a file"),
+        ([str(tmp_path / "missing.py")], "missing.py does not exist"),
+    ]
+    for args, message in cases:
+        run = subprocess.run([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "1",
+                              *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=ROOT))
+        assert run.returncode != 0 and message in run.stderr, (args, run.stderr[-2000:])
+        assert "Traceback" not in run.stderr and "cluster" not in run.stderr, (args, run.stderr[-2000:])

@@ -170,8 +170,14 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
     """
     if num_ps < 1 or num_workers < 1:
         raise SystemExit(f"tfps-launch: need --num_ps >= 1 and --num_workers >= 1, got {num_ps} and {num_workers}")
+    if max_restarts < 0 or max_worker_restarts < 0:
+        raise SystemExit(f"tfps-launch: need --max_restarts >= 0 and --max_worker_restarts >= 0, got "
+                         f"{max_restarts} and {max_worker_restarts}")
     log_dir = log_dir or tempfile.mkdtemp(prefix="tfps-launch-")
-    os.makedirs(log_dir, exist_ok=True)
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as e:
+        raise SystemExit(f"tfps-launch: cannot make the log directory --log_dir {log_dir}: {e.strerror}")
     launcher_log = open(os.path.join(log_dir, "launcher.log"), "a")
 
     def note(message):
@@ -264,8 +270,9 @@ def main(argv=None):
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
-    if not os.path.exists(opts.script):
-        parser.error(f"{opts.script} does not exist")
+    if not os.path.isfile(opts.script):
+        parser.error(f"{opts.script} is not a file" if os.path.exists(opts.script)
+                     else f"{opts.script} does not exist")
     sys.exit(launch(opts.num_ps, opts.num_workers, opts.script, opts.args, opts.log_dir,
                     opts.evaluator, max_worker_restarts=opts.max_worker_restarts,
                     max_restarts=opts.max_restarts))
