@@ -389,3 +389,25 @@ else:
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
     assert out.returncode == 0 and "out of memory after" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+def test_a_sketch_that_cannot_fit_in_memory_is_refused_naming_sketch_bytes():
+    program = """
+import resource, tensorflow as tf, tfps
+try:
+    tfps.DynamicTable(4, name="huge_sketch", admission=tfps.admission.MinCount(2, sketch_bytes=1 << 40))
+except tf.errors.InvalidArgumentError as e:
+    assert "on table 'huge_sketch" in str(e) and "sketch_bytes 1099511627776 is more than half" in str(e), str(e)
+    print("refused")
+virtual = int(open("/proc/self/statm").read().split()[0]) * 4096
+resource.setrlimit(resource.RLIMIT_AS, (virtual + (256 << 20), resource.RLIM_INFINITY))
+try:
+    tfps.DynamicTable(4, name="big_sketch", admission=tfps.admission.MinCount(2, sketch_bytes=1 << 30))
+except tf.errors.ResourceExhaustedError as e:
+    assert "on table 'big_sketch" in str(e) and "its admission sketch takes sketch_bytes 1073741824" in str(e), str(e)
+    print("out of memory")
+"""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
+    assert out.returncode == 0 and out.stdout.split() == ["refused", "out", "of", "memory"], \
+        out.stdout + out.stderr[-3000:]

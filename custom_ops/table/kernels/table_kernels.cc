@@ -1,7 +1,11 @@
 // CPU kernels of the dynamic table ops: fetch and validate inputs, allocate outputs, and
 // hand the work to the core table.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +27,30 @@ using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
 namespace {
+
+// Bytes this process may use: the machine's memory, or its cgroup's limit if lower.
+int64_t UsableMemoryBytes() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  std::ifstream limit("/sys/fs/cgroup/memory.max");
+  int64_t cgroup_bytes = 0;
+  if (limit >> cgroup_bytes && cgroup_bytes > 0) bytes = std::min(bytes, cgroup_bytes);
+  return bytes;
+}
+
+// The admission sketch is allocated and zeroed whole when the table is made: one larger
+// than memory would not fail, the kernel would kill the process.
+absl::Status CheckSketchFitsMemory(const TableConfig& config, const std::string& table) {
+  const int64_t sketch = config.admission.kind == AdmissionKind::kNone ? 0 : config.admission.sketch_bytes;
+  const int64_t usable = UsableMemoryBytes();
+  if (usable > 0 && sketch > usable / 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tfps>TableCreate on table '", table, "': admission sketch_bytes ", sketch,
+        " is more than half of the memory this process may use (", usable,
+        " bytes); the sketch is allocated whole when the table is made. Give a smaller "
+        "sketch_bytes (0 counts keys exactly)"));
+  }
+  return absl::OkStatus();
+}
 
 const uint64_t* KeyData(const Tensor& keys) {
   return reinterpret_cast<const uint64_t*>(keys.tensor_data().data());
@@ -98,11 +126,18 @@ class TableCreateOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->resource_manager()->LookupOrCreate<TableResource>(
                             container, shared_name_, &resource,
                             [this](TableResource** out) {
+                              TF_RETURN_IF_ERROR(CheckSketchFitsMemory(config_, shared_name_));
                               try {
                                 *out = new TableResource(config_, shared_name_);
                               } catch (const std::bad_alloc&) {
-                                return OutOfMemory("Tfps>TableCreate", shared_name_, -1,
-                                                   "no table was made");
+                                const bool sketch = config_.admission.kind != AdmissionKind::kNone &&
+                                                    config_.admission.sketch_bytes > 0;
+                                return OutOfMemory(
+                                    "Tfps>TableCreate", shared_name_, -1,
+                                    sketch ? absl::StrCat("no table was made (its admission sketch "
+                                                          "takes sketch_bytes ",
+                                                          config_.admission.sketch_bytes, ")")
+                                           : std::string("no table was made"));
                               }
                               return absl::OkStatus();
                             }));
