@@ -411,3 +411,33 @@ except tf.errors.ResourceExhaustedError as e:
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT))
     assert out.returncode == 0 and out.stdout.split() == ["refused", "out", "of", "memory"], \
         out.stdout + out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("saved_sketch_bytes", [0, 1 << 16])
+def test_a_checkpoint_restores_into_tables_of_other_admission_policies(tmp_path, saved_sketch_bytes):
+    """Rows restore whatever the policy; waiting keys' counts only into a table that admits,
+    and a table that admits every key holds none of them."""
+    saved = tfps.DynamicTable(2, name="saved", admission=tfps.admission.MinCount(3, sketch_bytes=saved_sketch_bytes))
+    keys = np.arange(20_000, dtype=np.int64)
+    saved.find_or_insert(keys[:10])
+    saved.find_or_insert(keys[:10])
+    saved.find_or_insert(keys[:10])  # admitted on their third occurrence
+    saved.find_or_insert(keys)       # the rest wait with one occurrence
+    tf.train.Checkpoint(table=saved).write(str(tmp_path / "c"))
+    rows = saved.find(keys[:10]).numpy()
+    for name, admission in [("none", None), ("sketch", tfps.admission.MinCount(3)),
+                            ("exact", tfps.admission.MinCount(3, sketch_bytes=0))]:
+        restored = tfps.DynamicTable(2, name=f"restored_{name}", admission=admission)
+        tf.train.Checkpoint(table=restored).read(str(tmp_path / "c")).assert_consumed()
+        assert int(restored.size()) == 10, name
+        np.testing.assert_array_equal(restored.find(keys[:10]).numpy(), rows)
+        stats = restored.stats()
+        if admission is None:
+            # as much memory as the same rows restored from a table without waiting keys
+            plain, plain_restored = tfps.DynamicTable(2, name="plain"), tfps.DynamicTable(2, name="plain_restored")
+            plain.find_or_insert(keys[:10])
+            tf.train.Checkpoint(table=plain).write(str(tmp_path / "plain"))
+            tf.train.Checkpoint(table=plain_restored).read(str(tmp_path / "plain")).assert_consumed()
+            assert stats["pending"] == 0 and stats["memory_bytes"] == plain_restored.stats()["memory_bytes"]
+        elif saved_sketch_bytes == 0 or name == "sketch":
+            assert stats["pending"] > 10_000, (name, stats)

@@ -250,8 +250,9 @@ class Table {
   // A copy of stripe `stripe`'s counts of keys waiting for admission (read under its lock).
   PendingCounts PendingOfStripe(int stripe) const;
   void ClearPending();
-  // Merges a saved sketch of one stripe of a table with `saved_log2_stripes` stripes into
-  // the stripes that hold its keys here (each counter the largest of the ones it covers).
+  // Both restore counts of keys waiting for admission, which a table without admission
+  // drops. Merges a saved sketch of one stripe of a table with `saved_log2_stripes` stripes
+  // into the stripes that hold its keys here (each counter the largest of the ones it covers).
   void MergePendingSketch(int saved_stripe, int saved_log2_stripes, const uint16_t* cells,
                           size_t width);
   // Adds saved exact counts of keys not yet admitted. May throw AllocationFailure.

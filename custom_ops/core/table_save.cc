@@ -197,6 +197,7 @@ void Table::ClearPending() {
 
 void Table::MergePendingSketch(int saved_stripe, int saved_log2_stripes, const uint16_t* cells,
                                size_t width) {
+  if (config_.admission.kind == AdmissionKind::kNone) return;  // a table that admits every key
   // A key's stripe is the top bits of its hash: with more stripes here, the saved stripe's
   // keys spread over several of them; with fewer, several saved stripes share one.
   const int here = config_.log2_stripes;
@@ -210,6 +211,7 @@ void Table::MergePendingSketch(int saved_stripe, int saved_log2_stripes, const u
 }
 
 void Table::AddPending(const uint64_t* keys, const uint32_t* counts, int64_t n) {
+  if (config_.admission.kind == AdmissionKind::kNone) return;  // would hold them for nothing
   for (int64_t i = 0; i < n; ++i) {
     Stripe& s = *stripes_[StripeOf(TableHash(keys[i]))];
     std::unique_lock<std::shared_mutex> lock(s.mu);
