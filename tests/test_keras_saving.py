@@ -177,3 +177,25 @@ def test_summary_lists_each_table_with_its_dim_rows_and_shards(trained):
                       "beta_2=0.999, epsilon=1e-07)",
                       "  items: dim 4, 50 rows in 1 shard, optimizer Adagrad(learning_rate=0.001, "
                       "initial_accumulator_value=0.1, epsilon=1e-07)"]
+
+
+@pytest.mark.parametrize("path", ["model.keras", "saved_model_dir"])
+def test_a_loaded_model_still_feeds_its_group_auc(tmp_path, path):
+    """FeedGroups links to its GroupAUC by name, so the loaded model's copies find each other."""
+    user = keras.Input((), dtype=tf.int64, name="user")
+    item = keras.Input((), dtype=tf.int64, name="item")
+    rows = keras.layers.Concatenate()([DynamicEmbedding(4, name="users")(user), DynamicEmbedding(4, name="items")(item)])
+    prediction = keras.layers.Dense(1, activation="sigmoid")(rows)
+    group_auc = tfps.metrics.GroupAUC(name="gauc")
+    model = keras.Model({"user": user, "item": item}, tfps.metrics.FeedGroups(group_auc)([prediction, user]))
+    model.compile(keras.optimizers.Adam(0.01), "binary_crossentropy", metrics=[group_auc])
+    x = {"user": np.arange(512, dtype=np.int64) % 8, "item": (np.arange(512, dtype=np.int64) * 7) % 50}
+    y = (x["item"] % 3 == 0).astype(np.float32)  # every user sees clicks and skips
+    model.fit(x, y, batch_size=64, epochs=2, shuffle=False, verbose=0)
+    expected = model.evaluate(x, y, batch_size=64, verbose=0, return_dict=True)["gauc"]
+    assert 0.0 < expected < 1.0 and expected != 0.5
+    model.save(str(tmp_path / path))
+    loaded = keras.models.load_model(str(tmp_path / path))
+    assert loaded.evaluate(x, y, batch_size=64, verbose=0, return_dict=True)["gauc"] == pytest.approx(expected, abs=1e-9)
+    history = loaded.fit(x, y, batch_size=64, epochs=1, shuffle=False, verbose=0).history
+    assert 0.0 < history["gauc"][0] < 1.0

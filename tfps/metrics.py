@@ -5,6 +5,8 @@ into the same variables and `result()` covers all workers' data, in `fit` and `e
 Labels may be soft: a label y in [0, 1] counts as y positive and 1 - y negative examples.
 """
 
+import weakref
+
 import tensorflow as tf
 import tf_keras as keras
 
@@ -331,8 +333,8 @@ class GroupAUC(keras.metrics.Metric):
             return tf.group(self.histograms.per_shard(update, groups, *tensors)[0])
 
     def _fed_groups(self):
-        graph, groups = getattr(self, "_groups_fed", (None, None))
-        if groups is None or graph is not _current_graph():
+        groups = _groups_fed_in_this_step().get(self.name)
+        if groups is None:
             raise ValueError(
                 f"{self._metric_name} has no groups for this batch: call update_state(..., "
                 "groups=...), or in compile(metrics=...) pass the model's prediction through "
@@ -341,8 +343,7 @@ class GroupAUC(keras.metrics.Metric):
 
     def feed_groups(self, groups):
         """Groups for the next update_state without groups= in the same step (FeedGroups)."""
-        # Kept past Keras' attribute tracking: a tensor is no state of the metric.
-        object.__setattr__(self, "_groups_fed", (_current_graph(), groups))
+        _groups_fed_in_this_step()[self.name] = groups
 
     def result(self):
         from tfps._ops import ops
@@ -365,9 +366,17 @@ class GroupAUC(keras.metrics.Metric):
         return {**super().get_config(), "num_buckets": self.num_buckets, "octaves": self.octaves}
 
 
-def _current_graph():
-    """The graph a step is being traced into; None when running eagerly."""
-    return None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+# The groups FeedGroups handed over, by metric name, per graph a step is traced into (held
+# weakly: they go with the step's function), and for eager steps. By name, not by object, so
+# the link outlives saving: a loaded model's FeedGroups and its compiled GroupAUC are new objects.
+_groups_fed_by_graph = weakref.WeakKeyDictionary()
+_groups_fed_eagerly = {}
+
+
+def _groups_fed_in_this_step():
+    if tf.executing_eagerly():
+        return _groups_fed_eagerly
+    return _groups_fed_by_graph.setdefault(tf.compat.v1.get_default_graph(), {})
 
 
 @keras.utils.register_keras_serializable(package="tfps")
@@ -376,7 +385,8 @@ class FeedGroups(keras.layers.Layer):
     GroupAUC works in `compile(metrics=...)`: `p = FeedGroups(gauc)([p, inputs["user_id"]])`.
 
     Args:
-      metrics: a GroupAUC or a list of them.
+      metrics: a GroupAUC or a list of them (or their names: a GroupAUC is fed by name, so
+        a saved and loaded model's FeedGroups feeds its loaded GroupAUC).
     """
 
     def __init__(self, metrics=(), **kwargs):
@@ -384,15 +394,18 @@ class FeedGroups(keras.layers.Layer):
         super().__init__(**kwargs)
         metrics = list(metrics) if isinstance(metrics, (list, tuple)) else [metrics]
         for metric in metrics:
-            if not isinstance(metric, GroupAUC):
-                raise TypeError(f"tfps.metrics.FeedGroups feeds GroupAUC metrics, got {metric!r}")
-        # A plain list attribute would make the metrics this layer's own (tracked) state.
-        object.__setattr__(self, "_group_metrics", metrics)
+            if not isinstance(metric, (GroupAUC, str)):
+                raise TypeError(f"tfps.metrics.FeedGroups feeds GroupAUC metrics (or their names), got {metric!r}")
+        self.metric_names = tuple(m if isinstance(m, str) else m.name for m in metrics)
 
     def call(self, inputs):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
             raise ValueError("tfps.metrics.FeedGroups takes [predictions, groups]")
         predictions, groups = inputs
-        for metric in self._group_metrics:
-            metric.feed_groups(groups)
+        fed = _groups_fed_in_this_step()
+        for name in self.metric_names:
+            fed[name] = groups
         return tf.identity(predictions)
+
+    def get_config(self):
+        return {**super().get_config(), "metrics": list(self.metric_names)}
