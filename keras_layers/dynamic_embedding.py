@@ -26,6 +26,18 @@ COMBINERS = (None, "sum", "mean", "sqrtn")
 UNSEEN = ("zeros", "initial")
 
 
+def _checked_namespace(namespace):
+    """namespace as the layer uses it: None, "columns", a Python int or an int64 tensor."""
+    if namespace is None or (isinstance(namespace, str) and namespace == "columns"):
+        return namespace
+    if tf.is_tensor(namespace) and namespace.dtype.is_integer:
+        return tf.cast(namespace, tf.int64)
+    if arguments.is_int(namespace) and -(1 << 63) <= namespace < (1 << 63):
+        return int(namespace)
+    raise ValueError("DynamicEmbedding: namespace must be an int in [-2^63, 2^63), an integer tensor "
+                     f"or 'columns', got {namespace!r}")
+
+
 @keras.utils.register_keras_serializable(package="tfps")
 class DynamicEmbedding(keras.layers.Layer):
     """Embeds 64-bit IDs with a dynamic table sharded over the parameter servers.
@@ -46,16 +58,21 @@ class DynamicEmbedding(keras.layers.Layer):
       - RaggedTensor [batch, (k)]: with a combiner [batch, dim] (an empty row gives zeros),
         without one a ragged [batch, (k), dim];
       - SparseTensor [batch, k] (needs a combiner): [batch, dim].
-    `namespace` (an int) mixes a feature number into the keys, so several features share
-    one table without colliding; namespace="columns" gives column j of a [batch, k] input
-    namespace j + 1 (26 Criteo fields in one call and one table).
+    `namespace` (an int, or an integer tensor of one per ID: of the IDs' shape, or of a
+    ragged or sparse input's values) mixes a feature number into the keys, so several
+    features share one table without colliding; namespace="columns" gives column j of a
+    [batch, k] input namespace j + 1 (26 Criteo fields in one call and one table).
 
     Args:
       dim: embedding width.
       combiner: None, "sum", "mean" or "sqrtn".
       initializer: tfps.initializers instance or name (default uniform(-0.05, 0.05)).
       optimizer: tfps.optimizers instance or name, applied on the parameter servers.
-      key_dtype: dtype of integer IDs the layer expects (int32, int64 or uint64) or string.
+      key_dtype: the IDs the layer takes. An integer dtype (int32, int64 or uint64; the
+        default): integer IDs, and string IDs too, keyed by their fingerprints, so one table
+        can serve a string feature and integer ones in other namespaces. "7" and 7 are then
+        different keys: a feature that changes kind trains new rows. tf.string: string IDs
+        only; integer IDs are refused.
       seed: seed of the initial values; default: one derived from the layer's name, so
         the tables of two layers start independent (an ID's rows are unrelated) and a
         model rebuilt with the same layer names starts from the same rows.
@@ -117,6 +134,7 @@ class DynamicEmbedding(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, inputs, training=None, namespace=None):
+        namespace = _checked_namespace(namespace)
         trains = self._trains(training)
         return self._to_compute_dtype(self._lookup(inputs, trains, namespace))
 
@@ -143,7 +161,7 @@ class DynamicEmbedding(keras.layers.Layer):
             if inputs.ragged_rank != 1 or inputs.shape.rank != 2:
                 raise ValueError("DynamicEmbedding: ragged input must be [batch, (k)], got shape "
                                  f"{inputs.shape} with ragged_rank {inputs.ragged_rank}")
-            if namespace == "columns":
+            if isinstance(namespace, str):
                 raise ValueError("DynamicEmbedding: namespace='columns' needs dense or sparse "
                                  "[batch, k] IDs, not ragged ones")
             rows = self._embed(inputs.values, trains, namespace)
@@ -178,15 +196,13 @@ class DynamicEmbedding(keras.layers.Layer):
             raise TypeError(f"DynamicEmbedding '{self.name}' was made for string IDs (key_dtype), "
                             f"got {ids.dtype.name} IDs; pass the strings, or make the layer with "
                             "an integer key_dtype")
-        if namespace == "columns":
+        if isinstance(namespace, str):  # "columns"
             if column is None:
                 if ids.shape.rank != 2:
                     raise ValueError("DynamicEmbedding: namespace='columns' needs [batch, k] IDs, "
                                      f"got shape {ids.shape}")
                 column = tf.broadcast_to(tf.range(tf.shape(ids)[1], dtype=tf.int64), tf.shape(ids))
             namespace = column + 1
-        elif namespace is not None and (isinstance(namespace, bool) or not isinstance(namespace, int)):
-            raise ValueError(f"DynamicEmbedding: namespace must be an int or 'columns', got {namespace!r}")
         return keys_lib.ids_to_keys(ids, 0 if namespace is None else namespace, owner="DynamicEmbedding",
                                     stock_ops=self._serving_table is not None)
 

@@ -112,12 +112,25 @@ def test_string_ids_and_namespaces_do_not_collide():
     (lambda l: l(tf.ragged.constant([[[1]]], dtype=tf.int64, ragged_rank=2)), ValueError,
      "ragged input must be"),
     (lambda l: l(tf.constant([1, 2], tf.int64), namespace="columns"), ValueError, "needs \\[batch, k\\]"),
-    (lambda l: l(tf.constant([1], tf.int64), namespace=1.5), ValueError, "namespace must be an int"),
+    (lambda l: l(tf.constant([1], tf.int64), namespace=1.5), ValueError,
+     r"namespace must be an int in \[-2\^63, 2\^63\), an integer tensor or 'columns', got 1.5"),
+    (lambda l: l(tf.constant([1], tf.int64), namespace=2 ** 70), ValueError, "got 1180591620717411303424"),
+    (lambda l: l(tf.constant([1], tf.int64), namespace="rows"), ValueError, "or 'columns', got 'rows'"),
+    (lambda l: l(tf.constant([1], tf.int64), namespace=tf.constant([0.5])), ValueError, "an integer tensor"),
 ])
 def test_bad_inputs_are_named(call, error, message):
     layer = DynamicEmbedding(2)
     with pytest.raises(error, match=message):
         call(layer)
+
+
+def test_a_namespace_may_be_a_numpy_int_or_a_tensor_of_one_per_id():
+    layer = DynamicEmbedding(2, initializer=tfps.initializers.RandomUniform(-1.0, 1.0), unseen="initial")
+    ids = tf.constant([7, 8, 9], tf.int64)
+    by_int = [layer(ids[i:i + 1], namespace=n).numpy()[0] for i, n in enumerate((3, 4, 0))]
+    np.testing.assert_array_equal(layer(ids, namespace=tf.constant([3, 4, 0])).numpy(), np.stack(by_int))
+    np.testing.assert_array_equal(layer(ids, namespace=np.int64(3)).numpy(), layer(ids, namespace=3).numpy())
+    assert not np.array_equal(layer(ids, namespace=3).numpy(), layer(ids).numpy())
 
 
 def test_combiner_on_dense_1d_and_bad_arguments():
