@@ -142,6 +142,8 @@ def test_a_save_freq_longer_than_an_epoch_counts_steps_across_epochs(tmp_path):
     fit(model, IncrementalBackup(directory, save_freq=15, delete_checkpoint=False), watch, epochs=5)
     assert [(s["epoch"], s["batch"], s["steps_done"]) for s, _ in watch.backups] == [
         (1, 2, 15), (2, 5, 30), (3, 8, 45), (4, 11, 60)]
+    # The last backup came after the epoch's last step: fit resumes at the next epoch.
+    assert IncrementalBackup.resume_point(directory) == ResumePoint(epoch=5, step=0, steps_done=60)
 
 
 def test_a_backup_taken_mid_epoch_by_time_resumes_within_that_epoch(tmp_path):

@@ -89,7 +89,8 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
         state = _read_chain_file(os.path.join(os.fspath(backup_dir), "chief"))
         if not state.get("chain") or "steps_done" not in state:
             return None
-        return _resume_point(state["epoch"], state["batch"], state["steps_done"], None)
+        return _resume_point(state["epoch"], state["batch"], state["steps_done"],
+                             state.get("steps_per_epoch"))
 
     def on_train_begin(self, logs=None):
         if self.model.optimizer is not None and not getattr(self.model.optimizer, "_built", True):
@@ -133,7 +134,7 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
         return self.save_freq != "epoch" or self.every_seconds is not None
 
     def _backup(self, epoch, batch):
-        self._training_state.back_up(epoch=epoch, batch=batch)
+        self._training_state.back_up(epoch=epoch, batch=batch, steps_per_epoch=self.params.get("steps"))
         self._last_backup = time.monotonic()
         self._steps_since_backup = 0
 
@@ -177,6 +178,7 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         self._full_every = full_every
         state = _read_chain_file(self._directory)
         self._chain, self._next = state.get("chain", []), state.get("next", 1)
+        self._steps_per_epoch = state.get("steps_per_epoch")  # of the fit the chain backs up
         # Chains of tfps releases before this file recorded positions resume as Keras does.
         self._positions_recorded = not self._chain or "steps_done" in state
         self.resumed_at = None  # the ResumePoint fit resumed at, once it asked
@@ -197,10 +199,11 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         path = os.path.join(self._directory, CHAIN_FILE)
         with tf.io.gfile.GFile(path + ".tmp", "w") as f:
             json.dump({"chain": self._chain, "next": self._next, "epoch": epoch, "batch": batch,
-                       "steps_done": steps_done}, f)
+                       "steps_done": steps_done, "steps_per_epoch": self._steps_per_epoch}, f)
         tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
-    def back_up(self, epoch, batch=-1):
+    def back_up(self, epoch, batch=-1, steps_per_epoch=None):
+        self._steps_per_epoch = steps_per_epoch
         self._ckpt_saved_epoch.assign(epoch)
         self._ckpt_saved_batch.assign(batch)
         whole = not self._chain or len(self._chain) >= self._full_every
