@@ -37,10 +37,15 @@ int64_t UsableMemoryBytes() {
   return bytes;
 }
 
+// Bytes of the table's admission sketch (0: no admission, or exact counts).
+int64_t SketchBytes(const TableConfig& config) {
+  return config.admission.kind == AdmissionKind::kNone ? 0 : config.admission.sketch_bytes;
+}
+
 // The admission sketch is allocated and zeroed whole when the table is made: one larger
 // than memory would not fail, the kernel would kill the process.
 absl::Status CheckSketchFitsMemory(const TableConfig& config, const std::string& table) {
-  const int64_t sketch = config.admission.kind == AdmissionKind::kNone ? 0 : config.admission.sketch_bytes;
+  const int64_t sketch = SketchBytes(config);
   const int64_t usable = UsableMemoryBytes();
   if (usable > 0 && sketch > usable / 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -130,14 +135,12 @@ class TableCreateOp : public OpKernel {
                               try {
                                 *out = new TableResource(config_, shared_name_);
                               } catch (const std::bad_alloc&) {
-                                const bool sketch = config_.admission.kind != AdmissionKind::kNone &&
-                                                    config_.admission.sketch_bytes > 0;
+                                const int64_t sketch = SketchBytes(config_);
                                 return OutOfMemory(
                                     "Tfps>TableCreate", shared_name_, -1,
-                                    sketch ? absl::StrCat("no table was made (its admission sketch "
-                                                          "takes sketch_bytes ",
-                                                          config_.admission.sketch_bytes, ")")
-                                           : std::string("no table was made"));
+                                    sketch > 0 ? absl::StrCat("no table was made (its admission "
+                                                              "sketch takes sketch_bytes ", sketch, ")")
+                                               : std::string("no table was made"));
                               }
                               return absl::OkStatus();
                             }));
