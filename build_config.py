@@ -35,7 +35,8 @@ OP_SOURCES = [
 ]
 
 # Each is a test program of its own.
-CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc", "custom_ops/core/tests/policies_test.cc"]
+CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc", "custom_ops/core/tests/policies_test.cc",
+                     "custom_ops/core/tests/save_chains_test.cc"]
 
 # CUDA sources: compiled by custom_ops/core/gpu/build.sh (TF-free harness and benchmark)
 # and by `bazel build --config=cuda`; CI compiles them with nvcc so they never rot.

@@ -241,16 +241,17 @@ def test_traced_writer_saves_current_values_and_objects_added_after_tracing(tmp_
     dense = tf.Variable([1.0, 2.0])
     checkpoint = tf.train.Checkpoint(table=table, dense=dense)
     writer = tfps.checkpoint.TracedWriter(checkpoint)
-    paths = [writer.write(str(tmp_path / "not" / "yet" / "whole"))]  # directories made as needed
-    for i in range(3):
+    with tfps.checkpoint.chain("traced"):  # one chain over two directories
+        paths = [writer.write(str(tmp_path / "not" / "yet" / "whole"))]  # directories made as needed
+        for i in range(3):
+            change(table)
+            dense.assign([10.0 * i, -1.0])
+            paths.append(writer.write(str(tmp_path / f"delta{i}"), changes_only=True))
+        # Deltas after the first reuse its trace; the restore below needs every value they hold.
+        assert writer._traced[(True, "traced")][1].experimental_get_tracing_count() == 1
+        checkpoint.extra = tf.Variable(7.0)  # a new object: the next write traces again
         change(table)
-        dense.assign([10.0 * i, -1.0])
-        paths.append(writer.write(str(tmp_path / f"delta{i}"), changes_only=True))
-    # Deltas after the first reuse its trace; the restore below needs every value they hold.
-    assert writer._traced[True][1].experimental_get_tracing_count() == 1
-    checkpoint.extra = tf.Variable(7.0)  # a new object: the next write traces again
-    change(table)
-    paths.append(writer.write(str(tmp_path / "delta3"), changes_only=True))
+        paths.append(writer.write(str(tmp_path / "delta3"), changes_only=True))
     assert "extra/.ATTRIBUTES/VARIABLE_VALUE" in dict(tf.train.list_variables(paths[-1]))
     restored_table, restored_dense = tfps.DynamicTable(DIM, optimizer="adam"), tf.Variable([0.0, 0.0])
     restored = tf.train.Checkpoint(table=restored_table, dense=restored_dense, extra=tf.Variable(0.0))

@@ -37,21 +37,41 @@ _OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 
 class _Mode(threading.local):
     changes_only = False
+    chain = ""
 
 
 _mode = _Mode()
 
 
 @contextlib.contextmanager
-def changes_only():
-    """Checkpoints saved in this block hold, for each table, only what changed since that
-    table's last save: the rows inserted or changed and the keys removed (other variables
-    are saved whole as always). Restoring the last whole checkpoint and then each of these
-    in order gives the table as it was at the last of them; a table that needs a whole
-    save (after `clear()` or a failed save) writes one instead. Takes time and space in
+def changes_only(chain=None):
+    """Checkpoints saved in this block hold, for each table, only what changed since the
+    last save of the same chain: the rows inserted or changed and the keys removed (other
+    variables are saved whole as always). A chain is, by default, the checkpoint's
+    directory (a CheckpointManager's, a backup's), or the name given as `chain`; saves
+    of other chains, whole checkpoints, `.keras` saves and exports between never change
+    what a chain's next save holds. Restoring the chain's last whole checkpoint and then
+    each of these in order gives the table as it was at the last of them. A table that
+    knows no earlier save of the chain (a fresh process that did not restore from it) or
+    cannot tell every change since (after `clear()`, a restore from elsewhere, or more
+    removals than it records) writes a whole save instead. Takes time and space in
     proportion to the rows changed. tfps.callbacks.IncrementalBackup manages such chains.
     """
-    with _changes_only_set(True):
+    if chain is not None and (not isinstance(chain, str) or not chain):
+        raise ValueError(f"tfps.checkpoint.changes_only: chain must be a non-empty string, got {chain!r}")
+    with _changes_only_set(True, chain or ""):
+        yield
+
+
+@contextlib.contextmanager
+def chain(name):
+    """Checkpoints saved and restored in this block belong to the chain `name` instead of
+    their directory's: for several chains of changes in one directory, or one chain whose
+    saves go to several directories. A restore continues its chain, so the chain's next
+    save of changes follows the checkpoint restored."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"tfps.checkpoint.chain: name must be a non-empty string, got {name!r}")
+    with _changes_only_set(_mode.changes_only, name):
         yield
 
 
@@ -68,7 +88,7 @@ class TracedWriter:
 
     def __init__(self, checkpoint):
         self._checkpoint = checkpoint
-        self._traced = {}  # changes_only -> (objects signature, function)
+        self._traced = {}  # (changes_only, chain) -> (objects signature, function)
 
     def write(self, file_prefix, changes_only=False):
         """Writes the checkpoint at `file_prefix` (creating its directory, as
@@ -77,25 +97,28 @@ class TracedWriter:
         if directory:
             tf.io.gfile.makedirs(directory)
         signature = tuple(id(o) for o in tf.train.TrackableView(self._checkpoint).descendants())
-        known = self._traced.get(changes_only)
+        kind = (changes_only, _mode.chain)
+        known = self._traced.get(kind)
         if known is None or known[0] != signature:
             function = tf.function(lambda prefix: self._checkpoint.write(prefix), autograph=False)
             with _changes_only_set(changes_only):
                 function.get_concrete_function(tf.TensorSpec([], tf.string))
-            known = self._traced[changes_only] = (signature, function)
+            known = self._traced[kind] = (signature, function)
         with _changes_only_set(changes_only):  # in case tf.function traces it once more
             known[1](tf.constant(file_prefix, tf.string))
         return file_prefix
 
 
 @contextlib.contextmanager
-def _changes_only_set(value):
-    previous = _mode.changes_only
+def _changes_only_set(value, chain=None):
+    previous = (_mode.changes_only, _mode.chain)
     _mode.changes_only = value
+    if chain is not None:
+        _mode.chain = chain
     try:
         yield
     finally:
-        _mode.changes_only = previous
+        _mode.changes_only, _mode.chain = previous
 
 
 def _shards(table):
@@ -128,12 +151,14 @@ def _save(trackables, file_prefix):
     for t, key in enumerate(sorted(trackables)):
         shards = _shards(trackables[key])
         suffixes = [f".t{t}.shard-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
-        changes = _mode.changes_only  # thread-local: read here, not in the shards' threads
+        # Thread-local: read here, not in the shards' threads.
+        changes, chain = _mode.changes_only, _mode.chain
 
         def save_shard(i, shard=None, suffix=None):
             with tf.device(shard.resource_handle.device):
                 return ops.tfps_table_save(shard.resource_handle, file_prefix + suffix, i,
-                                           len(shards), save_id, changes_only=changes).rows
+                                           len(shards), save_id, changes_only=changes,
+                                           chain=chain).rows
         rows = on_every_shard([functools.partial(save_shard, i, shard, suffix)
                                 for i, (shard, suffix) in enumerate(zip(shards, suffixes))])
         names += _manifest_names(key)
@@ -149,6 +174,7 @@ def _save(trackables, file_prefix):
 
 
 def _restore(trackables, merged_prefix):
+    chain = _mode.chain  # the chain a restore continues: the files' directory by default
     directory = tf.strings.regex_replace(merged_prefix, r"[^/]*$", "")
     for key, table in sorted(trackables.items()):
         files, rows, layout = tf.raw_ops.RestoreV2(
@@ -161,10 +187,10 @@ def _restore(trackables, merged_prefix):
         same_count = tf.equal(tf.size(paths), len(shards))
         reads = [tf.cond(same_count, lambda i=i: (paths[i:i + 1], rows[i:i + 1]),
                          lambda: (paths, rows)) for i in range(len(shards))]
-        _check_then_restore(shards, reads)
+        _check_then_restore(shards, reads, chain=chain)
 
 
-def _check_then_restore(shards, reads):
+def _check_then_restore(shards, reads, chain="", continue_chain=True):
     """Has every shard check the files it will read (reads[i]: its paths and their row
     counts), and only when every check passed restore from them."""
     shard = shards[0]
@@ -178,7 +204,8 @@ def _check_then_restore(shards, reads):
     def restore(i, table_shard, shard_paths, shard_rows):
         with tf.device(table_shard.resource_handle.device):
             return ops.tfps_table_restore(table_shard.resource_handle, shard_paths, shard_rows,
-                                          i, len(shards), records_verified=True)
+                                          i, len(shards), records_verified=True, chain=chain,
+                                          continue_chain=continue_chain)
     checks = on_every_shard([functools.partial(check, table_shard, *read)
                               for table_shard, read in zip(shards, reads)])
     with tf.control_dependencies(checks):
@@ -189,9 +216,8 @@ def _check_then_restore(shards, reads):
 def snapshot(table):
     """Each shard's row file (rows, and the admission and eviction state), as bytes, with
     its row count: for archives that hold a table themselves (.keras). Eager. Each shard
-    writes its file into its own process' memory (ram://) and sends it over; the table's
-    record of changes since its last save is left as it is, so incremental checkpoints
-    are not disturbed."""
+    writes its file into its own process' memory (ram://) and sends it over; a snapshot
+    belongs to no chain of saves, so incremental checkpoints are not disturbed."""
     shards = _shards(table)
     tag = uuid.uuid4().hex
 
@@ -222,7 +248,7 @@ def restore_snapshot(table, files):
         placed.append((shard, paths))
         reads.append((tf.constant(paths), tf.constant([files[j][1] for j in mine], tf.int64)))
     try:
-        _check_then_restore(shards, reads)
+        _check_then_restore(shards, reads, continue_chain=False)
     finally:
         for shard, paths in placed:
             with tf.device(shard.resource_handle.device):

@@ -1,14 +1,16 @@
 // One stripe of a Table: a SwissTable-style open-addressing index (control bytes holding
 // 7 hash bits, probed 16 at a time) over a row arena whose rows never move, the counts of
-// its keys waiting for admission, and where its eviction sweep stands. A removed row's
-// number is reused from the live bitmap (a free count and a scan cursor), so removing
-// never allocates. Calls that may insert first reserve room (PrepareInserts), which is
+// its keys waiting for admission, where its eviction sweep stands, and its record of
+// changes for saves (a change stamp per row and per 64 rows, stamped removals). A removed
+// row's number is reused from the live bitmap (a free count and a scan cursor), so
+// removing never allocates. Calls that may insert first reserve room (PrepareInserts), which is
 // where all of an insert's allocation happens: the writes that follow cannot fail. Not
 // thread-safe by itself: callers hold `mu`.
 #ifndef TFPS_CORE_STRIPE_H_
 #define TFPS_CORE_STRIPE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include "custom_ops/core/hashing.h"
 #include "custom_ops/core/memory.h"
 #include "custom_ops/core/pending.h"
+#include "custom_ops/core/table.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -32,9 +35,10 @@ constexpr size_t kGroup = 16;
 constexpr size_t kMinCapacity = kGroup;
 constexpr size_t kMaxLoad32nds = 28;  // the index grows beyond this load
 constexpr uint64_t kFirstChunkRows = 16;
-// Removed keys a stripe remembers for the next incremental save (8 bytes each): this
-// many, or half the stripe's rows if more; past that, the next save is whole instead (a
-// list that long would be as large as a good part of the rows it stands for).
+// Removals a stripe remembers for saves of changes (12 bytes each): this many, or half the
+// stripe's rows if more; past that the older half goes, and a chain whose last save is
+// older than what went saves whole instead (a list that long would be as large as a good
+// part of the rows it stands for).
 constexpr size_t kMinRemovedKeysKept = 1024;
 constexpr size_t kBackedPieceBytes = size_t{64} << 10;
 // Hash bits the index uses: the control byte's low 7, then HomeGroup's 32. The bits above
@@ -95,13 +99,16 @@ struct Stripe {
   // whole table). Each stripe's index instead takes the sizes growth_phase * 2^k groups,
   // with phases spread evenly (in log scale) over [1, 2) across the stripes: while the
   // table doubles, every call rebuilds about the same share of it.
-  Stripe(RegionAllocator* row_memory, int stripe_index, int num_stripes)
+  Stripe(RegionAllocator* row_memory, const ChangeClock* change_clock, int stripe_index,
+         int num_stripes)
       : row_memory(row_memory),
+        change_clock(change_clock),
         growth_phase(std::exp2(static_cast<double>(stripe_index) / num_stripes)),
         sample_state(Mix64(static_cast<uint64_t>(stripe_index) + 1)) {}
 
   mutable std::shared_mutex mu;
   RegionAllocator* row_memory;  // the table's; chunks are released with it
+  const ChangeClock* change_clock;  // the table's
   const double growth_phase;
   uint8_t* ctrl = nullptr;
   uint32_t* slot_rows = nullptr;
@@ -128,13 +135,17 @@ struct Stripe {
   PendingCounts pending;
   uint64_t sweep_cursor = 0;  // the next row the eviction sweep looks at
   uint64_t sample_state;      // xorshift state for sampling eviction candidates
-  // Changes since the last save (incremental checkpoints): a bit per row inserted or
-  // changed, and the keys removed.
-  std::vector<uint64_t> touched;
+  // Changes for saves of changes: the change clock when each row and each 64 rows (the
+  // newest of theirs, so a save of few changes skips the rest) last changed, and the keys
+  // removed with the clock when they went, oldest first. A chunk's row stamps follow its
+  // rows in the chunk's memory (chunk_stamps[c] points there), so their pages are backed
+  // as rows are used, not when a batch that repeats its keys reserves room for them all.
+  std::vector<uint32_t*> chunk_stamps;
+  std::vector<uint32_t> word_stamps;
   std::vector<uint64_t> removed_keys;
-  // Set when more keys were removed than the list keeps (kMinRemovedKeysKept); the next
-  // save must then be whole.
-  bool removed_keys_overflowed = false;
+  std::vector<uint32_t> removed_stamps;
+  // Removals stamped up to this may have been dropped from the record (-1: none was).
+  int64_t removals_lost_through = -1;
 
   static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
   static uint64_t ChunkFirstRow(size_t c) { return kFirstChunkRows * ((uint64_t{1} << c) - 1); }
@@ -162,7 +173,30 @@ struct Stripe {
   }
   size_t NextGroup(size_t g) const { return g + 1 == capacity / kGroup ? 0 : g + 1; }
   bool IsLive(uint64_t r) const { return (live[r >> 6] >> (r & 63)) & 1; }
-  void Touch(uint64_t r) { touched[r >> 6] |= uint64_t{1} << (r & 63); }
+  // Stamps row r as changed now. Callers hold `mu` exclusively; a save holds it (shared)
+  // after advancing the clock, so a change it does not see carries a later stamp.
+  void Touch(uint64_t r) {
+    const uint32_t now = static_cast<uint32_t>(change_clock->now.load());
+    RowStamp(r) = now;
+    word_stamps[r >> 6] = std::max(word_stamps[r >> 6], now);
+  }
+  uint32_t& RowStamp(uint64_t r) const {
+    const size_t c = ChunkOf(r);
+    return chunk_stamps[c][r - ChunkFirstRow(c)];
+  }
+  bool ChangedAfter(uint64_t r, int64_t stamp) const { return RowStamp(r) > stamp; }
+  // Removal records with stamps up to `stamp` go: no chain still needs them.
+  void ForgetRemovalsThrough(int64_t stamp) {
+    const auto end = std::upper_bound(removed_stamps.begin(), removed_stamps.end(), stamp,
+                                      [](int64_t s, uint32_t r) { return s < int64_t{r}; });
+    const size_t n = static_cast<size_t>(end - removed_stamps.begin());
+    removed_stamps.erase(removed_stamps.begin(), end);
+    removed_keys.erase(removed_keys.begin(), removed_keys.begin() + n);
+    if (removed_keys.empty()) {  // a long list's memory goes back once no chain needs it
+      std::vector<uint64_t>().swap(removed_keys);
+      std::vector<uint32_t>().swap(removed_stamps);
+    }
+  }
 
   static void FreeIndexArrays(uint8_t* c, uint32_t* rows, size_t slots) {
     Deallocate(c, slots);
@@ -210,14 +244,15 @@ struct Stripe {
     FreeIndexArrays(ctrl, slot_rows, capacity);
     DropSpare();
     chunks.clear();
+    chunk_stamps.clear();
     std::vector<uint64_t>().swap(live);
-    std::vector<uint64_t>().swap(touched);
+    std::vector<uint32_t>().swap(word_stamps);
     std::vector<uint64_t>().swap(removed_keys);
+    std::vector<uint32_t>().swap(removed_stamps);
     ctrl = nullptr;
     slot_rows = nullptr;
     capacity = size = tombstones = rows_used = rows_backed = free_rows = free_cursor = 0;
     sweep_cursor = 0;
-    removed_keys_overflowed = false;
   }
 
   // Slot holding `key`, or -1.
@@ -367,15 +402,19 @@ struct Stripe {
     const uint64_t rows_needed = rows_used + fresh_rows;
     while (ChunkFirstRow(chunks.size()) < rows_needed) {
       chunks.reserve(chunks.size() + 1);
-      chunks.push_back(static_cast<char*>(row_memory->Allocate(ChunkRows(chunks.size()) * row_bytes)));
+      chunk_stamps.reserve(chunks.size() + 1);
+      const uint64_t rows = ChunkRows(chunks.size());
+      char* chunk = static_cast<char*>(row_memory->Allocate(rows * (row_bytes + sizeof(uint32_t))));
+      chunks.push_back(chunk);
+      chunk_stamps.push_back(reinterpret_cast<uint32_t*>(chunk + rows * row_bytes));
     }
     const size_t words = (rows_needed + 63) / 64;
     if (words > live.size()) {
-      // Both reserved first: a failed reservation leaves the bitmaps as they were.
+      // All reserved first: a failed reservation leaves the bitmaps as they were.
       const size_t grown = std::max(words, live.size() * 2);
-      touched.reserve(grown);
+      word_stamps.reserve(grown);
       live.reserve(grown);
-      touched.resize(words, 0);
+      word_stamps.resize(words, 0);
       live.resize(words, 0);
     }
     if (count_pending) pending.Reserve(keys);
@@ -416,21 +455,29 @@ struct Stripe {
     return row;
   }
 
-  // For the next save of changes; past kMinRemovedKeysKept or half the rows, or without
-  // memory for the list, that save is whole instead (removing must not fail), and the
-  // list's memory goes back: a table that evicts continuously and is seldom saved would
-  // otherwise keep it at its longest for good.
+  // For the saves of changes that follow; past kMinRemovedKeysKept or half the rows the
+  // older half goes, and without memory for the list all of it (removing must not fail):
+  // chains whose last save is older than what went then save whole.
   void RememberRemoved(uint64_t key) {
-    if (removed_keys_overflowed) return;
+    const int64_t now = change_clock->now.load();
+    if (!change_clock->removals_wanted.load()) return;
     if (removed_keys.size() >= std::max(kMinRemovedKeysKept, size / 2)) {
-      removed_keys_overflowed = true;
-      std::vector<uint64_t>().swap(removed_keys);
-      return;
+      const size_t half = removed_keys.size() / 2;
+      removals_lost_through = removed_stamps[half - 1];
+      ForgetRemovalsThrough(removals_lost_through);
     }
     try {
       removed_keys.push_back(key);
+      try {
+        removed_stamps.push_back(static_cast<uint32_t>(now));
+      } catch (const std::bad_alloc&) {
+        removed_keys.pop_back();
+        throw;
+      }
     } catch (const std::bad_alloc&) {
-      removed_keys_overflowed = true;
+      removals_lost_through = now;
+      std::vector<uint64_t>().swap(removed_keys);
+      std::vector<uint32_t>().swap(removed_stamps);
     }
   }
 
@@ -448,7 +495,6 @@ struct Stripe {
       ++tombstones;
     }
     live[r >> 6] &= ~(uint64_t{1} << (r & 63));
-    touched[r >> 6] &= ~(uint64_t{1} << (r & 63));
     RememberRemoved(key);
     ++free_rows;
     --size;

@@ -224,7 +224,7 @@ Table::Table(const TableConfig& config)
   const uint64_t max_rows = static_cast<uint64_t>(std::max<int64_t>(0, config.eviction.max_rows));
   stripes_.reserve(stripes);
   for (int i = 0; i < stripes; ++i) {
-    stripes_.push_back(std::make_unique<Stripe>(&row_memory_, i, stripes));
+    stripes_.push_back(std::make_unique<Stripe>(&row_memory_, &change_clock_, i, stripes));
     Stripe& s = *stripes_.back();
     s.ResetIndex(kMinCapacity);
     if (admission.kind != AdmissionKind::kNone) s.pending.Configure(width);
@@ -614,7 +614,9 @@ void Table::Clear(bool keep_memory) {
   } else {
     row_memory_.ReleaseAll();
   }
-  needs_full_save_.store(true);  // a delta cannot say that every row went
+  // No record says that every row went: a chain saved before now saves whole next.
+  const int64_t now = change_clock_.now.load();
+  for (auto& s : stripes_) s->removals_lost_through = now;
 }
 
 template <typename Fn>
@@ -634,8 +636,10 @@ int64_t Table::Size() const {
 int64_t Table::MemoryBytes() const {
   return RowMemoryBytes() + SumOverStripes([](const Stripe& s) {
     return static_cast<int64_t>(s.capacity * (1 + sizeof(uint32_t)) +
-                                s.live.capacity() * sizeof(uint64_t) * 2 +
+                                s.live.capacity() * sizeof(uint64_t) +
+                                s.word_stamps.capacity() * sizeof(uint32_t) +
                                 s.removed_keys.capacity() * sizeof(uint64_t) +
+                                s.removed_stamps.capacity() * sizeof(uint32_t) +
                                 s.pending.MemoryBytes());
   });
 }

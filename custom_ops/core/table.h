@@ -44,6 +44,15 @@ namespace tfps {
 struct Stripe;
 struct RowView;
 
+// The table's change clock, which every stripe stamps its changes with. A save advances
+// it (Table::BeginSave), so a change after a save carries a later stamp than the save's.
+// Removals are recorded only once some save has begun: before that no chain needs them.
+struct ChangeClock {
+  std::atomic<int64_t> now{0};
+  std::atomic<bool> removals_wanted{false};
+};
+
+
 // Runs fn(begin, end) over disjoint ranges covering [0, total), possibly in parallel;
 // cost_per_unit is a rough cost of one unit in nanoseconds so a runner can decide how
 // finely to split. TensorFlow kernels pass the device's intra-op thread pool.
@@ -95,7 +104,8 @@ struct ExportChunk {
   std::vector<float> values;    // keys.size() * dim
   std::vector<float> slots;     // keys.size() * num_slots * dim
   std::vector<int64_t> metadata;  // keys.size() * kNumMetadata
-  std::vector<int64_t> removed;   // SaveChunk only: keys removed since the last save
+  std::vector<int64_t> removed;   // SaveChunk only: keys removed after its stamp
+  bool changes_incomplete = false;  // SaveChunk only: see there
   int64_t next_cursor = -1;     // -1 when the whole table has been visited
 };
 
@@ -188,27 +198,39 @@ class Table {
   // streaming a whole table reuses one chunk's memory).
   void ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const;
 
-  // One chunk of a save, which visits the table like ExportInto (cursor 0 begins) but
-  // takes the changes since the last save as it goes: every row it returns (all live rows,
-  // or with changed_only just those inserted or changed since the last save) and every key
-  // removed from a stripe it enters (out->removed, taken when the save enters the stripe)
-  // stops counting as changed. Each stripe is read under its exclusive lock, so a row is
-  // saved whole and a change made after its stripe was read goes to the next save.
-  void SaveChunk(int64_t cursor, int64_t max_rows, bool changed_only, ExportChunk* out);
-  // Whether only a whole save can capture the table: after Clear, or after a save that
-  // failed part way (SaveFailed), since the changes it had taken are lost. A whole save
-  // begins with BeginFullSave.
-  bool NeedsFullSave() const;
-  void BeginFullSave();
-  // The table now equals its last save (it was just restored from it): nothing counts as
-  // changed, and the next save of changes builds on that one.
-  void MarkSaved();
-  void SaveFailed() { needs_full_save_.store(true); }
-  // The id of the save the table's changes are counted from: its last save, or the save
-  // it was last restored from (0: none known). A save of changes records it as the save
-  // the changes follow, and a restore of changes checks it.
-  uint64_t ChainId() const { return chain_id_.load(); }
-  void SetChainId(uint64_t id) { chain_id_.store(id); }
+  // Saves and their chains. Every change of a row stamps it with the table's change clock,
+  // and every removal is recorded with it; a save begins by advancing the clock
+  // (BeginSave), so whatever changes after it carries a later stamp than the save's. A
+  // chain (saves that build on one another, named by the caller: a backup directory, a
+  // checkpoint directory) remembers the id and stamp of its last save, and its next save
+  // of changes takes the rows stamped after that stamp and the removals recorded after it.
+  // Saves change nothing the chains read, so any number of chains, whole saves and
+  // snapshots interleave without affecting each other, and a failed save loses nothing.
+  struct ChainPoint {
+    uint64_t save_id = 0;
+    int64_t stamp = -1;
+  };
+  // Advances the change clock and returns the stamp a save that starts now reads the table
+  // as of: every change it does not see is stamped later.
+  int64_t BeginSave();
+  // The last save of `chain`, when the changes since can all be told; false when the chain
+  // is unknown here, or a clear (or a restore) or a dropped removal record came after it:
+  // its next save must be whole.
+  bool LastSaveOfChain(const std::string& chain, ChainPoint* point) const;
+  // `chain`'s last save is now `point` (a save just written, or the save just restored).
+  // The table keeps the newest kMaxChains chains; an older one saves whole next.
+  void RecordChainSave(const std::string& chain, const ChainPoint& point);
+  static constexpr size_t kMaxChains = 32;
+  // One chunk of a save, visiting the table like ExportInto (cursor 0 begins): every live
+  // row, or with changed_after >= 0 the rows stamped after it and, in each stripe it
+  // enters, the keys removed after it (out->removed). A stripe is read under its shared
+  // lock, so each row is saved as of one moment. Sets out->changes_incomplete when a
+  // stripe has dropped removal records the save needed (it must then be whole).
+  void SaveChunk(int64_t cursor, int64_t max_rows, int64_t changed_after, ExportChunk* out) const;
+  // The id of the save the table's rows last equalled: its last save, or the save it was
+  // last restored from (0: none known). A restore of changes checks the save they follow.
+  uint64_t StateId() const { return state_id_.load(); }
+  void SetStateId(uint64_t id) { state_id_.store(id); }
 
   // Serving exports read the rows in passes: SelectForServing picks the live rows whose
   // occurrence count is at least min_count (a bit per row number); SortSelected orders one
@@ -306,8 +328,14 @@ class Table {
   mutable std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_{0};
   mutable std::mutex clock_times_mu_;
   std::vector<std::pair<int64_t, int64_t>> clock_times_;
-  std::atomic<bool> needs_full_save_{false};
-  std::atomic<uint64_t> chain_id_{0};
+  ChangeClock change_clock_;
+  std::atomic<uint64_t> state_id_{0};
+  struct ChainRecord {
+    std::string name;
+    ChainPoint point;
+  };
+  mutable std::mutex chains_mu_;
+  std::vector<ChainRecord> chains_;  // least recently saved first
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 

@@ -64,48 +64,69 @@ void Table::ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const
   chunk.next_cursor = -1;
 }
 
-bool Table::NeedsFullSave() const {
-  if (needs_full_save_.load()) return true;
+int64_t Table::BeginSave() {
+  // Wanted before the clock moves: a removal stamped after this save is recorded.
+  change_clock_.removals_wanted.store(true);
+  return change_clock_.now.fetch_add(1);
+}
+
+bool Table::LastSaveOfChain(const std::string& chain, ChainPoint* point) const {
+  {
+    std::lock_guard<std::mutex> lock(chains_mu_);
+    const auto it = std::find_if(chains_.begin(), chains_.end(),
+                                 [&](const ChainRecord& c) { return c.name == chain; });
+    if (it == chains_.end()) return false;
+    *point = it->point;
+  }
   for (const auto& s : stripes_) {
     std::shared_lock<std::shared_mutex> lock(s->mu);
-    if (s->removed_keys_overflowed) return true;
+    if (s->removals_lost_through > point->stamp) return false;
   }
-  return false;
+  return true;
 }
 
-void Table::BeginFullSave() {
-  needs_full_save_.store(false);
+void Table::RecordChainSave(const std::string& chain, const ChainPoint& point) {
+  int64_t oldest = point.stamp;
+  {
+    std::lock_guard<std::mutex> lock(chains_mu_);
+    chains_.erase(std::remove_if(chains_.begin(), chains_.end(),
+                                 [&](const ChainRecord& c) { return c.name == chain; }),
+                  chains_.end());
+    if (chains_.size() == kMaxChains) chains_.erase(chains_.begin());
+    chains_.push_back(ChainRecord{chain, point});
+    for (const ChainRecord& c : chains_) oldest = std::min(oldest, c.point.stamp);
+  }
+  // Removals no chain kept here can ask for go, so a table saved now and then keeps only
+  // the removals since its oldest chain's last save.
   for (auto& s : stripes_) {
     std::unique_lock<std::shared_mutex> lock(s->mu);
-    s->removed_keys_overflowed = false;
+    s->ForgetRemovalsThrough(oldest);
   }
 }
 
-void Table::MarkSaved() {
-  BeginFullSave();
-  for (auto& s : stripes_) {
-    std::unique_lock<std::shared_mutex> lock(s->mu);
-    std::fill(s->touched.begin(), s->touched.end(), 0);
-    s->removed_keys.clear();
-  }
-}
-
-void Table::SaveChunk(int64_t cursor, int64_t max_rows, bool changed_only, ExportChunk* out) {
+void Table::SaveChunk(int64_t cursor, int64_t max_rows, int64_t changed_after,
+                      ExportChunk* out) const {
   const RowLayout layout = LayoutOf(config_);
   const int dim = config_.dim;
   const int64_t slot_width = static_cast<int64_t>(layout.num_slots) * dim;
+  const bool changed_only = changed_after >= 0;
   ExportChunk& chunk = *out;
   ClearChunk(&chunk);
   chunk.removed.clear();
+  chunk.changes_incomplete = false;
   int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
   uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
   const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
   for (; s < num_stripes; ++s, r = 0) {
-    Stripe& stripe = *stripes_[s];
-    std::unique_lock<std::shared_mutex> lock(stripe.mu);
-    if (r == 0) {
-      chunk.removed.insert(chunk.removed.end(), stripe.removed_keys.begin(), stripe.removed_keys.end());
-      stripe.removed_keys.clear();
+    const Stripe& stripe = *stripes_[s];
+    std::shared_lock<std::shared_mutex> lock(stripe.mu);
+    if (changed_only && r == 0) {
+      chunk.changes_incomplete |= stripe.removals_lost_through > changed_after;
+      for (size_t i = 0; i < stripe.removed_keys.size(); ++i) {
+        if (stripe.removed_stamps[i] > changed_after) {
+          chunk.removed.push_back(static_cast<int64_t>(stripe.removed_keys[i]));
+        }
+      }
     }
     // The rows of a few changes lie far apart, each a cache (and TLB) miss: they are
     // gathered kPrefetchRows at a time and prefetched, so their misses overlap. (A whole
@@ -116,16 +137,18 @@ void Table::SaveChunk(int64_t cursor, int64_t max_rows, bool changed_only, Expor
     auto append_batch = [&] {
       for (int i = 0; i < batched; ++i) {
         AppendRow(layout.View(stripe.Row(batch[i], row_bytes_)), dim, slot_width, &chunk);
-        stripe.touched[batch[i] >> 6] &= ~(uint64_t{1} << (batch[i] & 63));
       }
       batched = 0;
     };
-    // Whole words of the live (and changed) bitmaps, so a save of few changes skips the rest.
+    // Whole words of the live bitmap, and with changes only those with a change after the
+    // stamp, so a save of few changes skips the rest.
     for (uint64_t word = r >> 6; word < stripe.live.size(); ++word) {
-      uint64_t bits = stripe.live[word] & (changed_only ? stripe.touched[word] : ~uint64_t{0});
+      if (changed_only && stripe.word_stamps[word] <= changed_after) continue;
+      uint64_t bits = stripe.live[word];
       if (word == (r >> 6)) bits &= ~uint64_t{0} << (r & 63);
       for (; bits != 0; bits &= bits - 1) {
         const uint64_t row_number = word * 64 + __builtin_ctzll(bits);
+        if (changed_only && !stripe.ChangedAfter(row_number, changed_after)) continue;
         if (static_cast<int64_t>(chunk.keys.size()) + batched == max_rows) {
           append_batch();
           chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(row_number);

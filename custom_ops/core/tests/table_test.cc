@@ -223,11 +223,12 @@ void TestFiniteCheckCoversEveryPosition() {
 // not all rebuild in the same call: while they double, their rebuilds spread over the range.
 void TestStripesGrowThroughStaggeredSizes() {
   RegionAllocator rows(false);
+  ChangeClock clock;
   const size_t row_bytes = 64;
   const int num_stripes = 256;
   std::vector<size_t> growth_size_in_doubling;  // per stripe: the size that outgrew its index
   for (int index = 0; index < num_stripes; index += 32) {
-    Stripe s(&rows, index, num_stripes);
+    Stripe s(&rows, &clock, index, num_stripes);
     s.ResetIndex(kMinCapacity);
     bool inserted = false;
     size_t last_capacity = s.capacity;
@@ -425,7 +426,7 @@ void TestEveryOperationAtOnceMatchesASerialReplay() {
         shared.FindOrInsert(keys.data(), 128, out.data(), kSerial, no_occurrences.data());
         for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
           if (r % 2 == 0) shared.ExportInto(cursor, 500, &chunk);
-          else shared.SaveChunk(cursor, 500, r % 4 == 1, &chunk);
+          else shared.SaveChunk(cursor, 500, r % 4 == 1 ? shared.BeginSave() - 2 : -1, &chunk);
         }
       }
     });
@@ -486,7 +487,7 @@ void TestClearDuringEveryOtherOperationLeavesAConsistentTable() {
         t.ApplyGradients(keys.data(), keys.size(), grads.data(), -1, kSerial);
         t.FindOrInsert(keys.data(), keys.size(), out.data(), kSerial);
         t.Remove(keys.data(), 50, kSerial);
-        for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) t.SaveChunk(cursor, 64, th == 1, &chunk);
+        for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) t.SaveChunk(cursor, 64, th == 1 ? 0 : -1, &chunk);
       }
     });
   }
@@ -705,105 +706,6 @@ void TestBatchesIntoAnEmptyTableRehashEachStripeOnce() {
              meta[kCount] == 1);
 }
 
-// All of a save's chunks: (sorted keys returned, sorted keys removed).
-std::pair<std::vector<int64_t>, std::vector<int64_t>> SaveAll(Table& t, bool changed_only) {
-  std::vector<int64_t> keys, removed;
-  ExportChunk chunk;
-  for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
-    t.SaveChunk(cursor, 7, changed_only, &chunk);  // small chunks cross stripes mid-way
-    keys.insert(keys.end(), chunk.keys.begin(), chunk.keys.end());
-    removed.insert(removed.end(), chunk.removed.begin(), chunk.removed.end());
-  }
-  std::sort(keys.begin(), keys.end());
-  std::sort(removed.begin(), removed.end());
-  return {keys, removed};
-}
-
-void TestSavesTakeExactlyTheChangesSinceTheLastSave() {
-  Table t(Config(2, OptimizerKind::kAdagrad, InitializerKind::kZeros));
-  const auto kThreads = ThreadedParallelFor(2);
-  std::vector<uint64_t> keys(200);
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 0x9e3779b97f4a7c15ULL;
-  std::vector<float> out(keys.size() * 2), grads(keys.size() * 2, 0.5f);
-  t.FindOrInsert(keys.data(), keys.size(), out.data(), kThreads);
-  CHECK_TRUE(SaveAll(t, false).first.size() == 200);
-  CHECK_TRUE(SaveAll(t, true).first.empty());  // nothing changed since
-  t.FindOrInsert(keys.data(), 50, out.data(), kThreads);  // a lookup counts: a delta carries it
-  CHECK_TRUE(SaveAll(t, true).first.size() == 50);
-  std::vector<int64_t> no_occurrences(50, 0);
-  t.FindOrInsert(keys.data(), 50, out.data(), kThreads, no_occurrences.data());
-  CHECK_TRUE(SaveAll(t, true).first.empty());  // one that counts nothing changes nothing
-  t.ApplyGradients(keys.data() + 10, 5, grads.data(), -1, kThreads);
-  t.Insert(keys.data() + 100, 2, grads.data(), kThreads);
-  const uint64_t fresh[2] = {7, 8};
-  t.FindOrInsert(fresh, 2, out.data(), kThreads);
-  t.Remove(keys.data() + 150, 3, kThreads);
-  t.Remove(fresh, 1, kThreads);  // inserted and removed between saves
-  const auto delta = SaveAll(t, true);
-  std::vector<int64_t> expected;
-  for (int i : {10, 11, 12, 13, 14, 100, 101}) expected.push_back(static_cast<int64_t>(keys[i]));
-  expected.push_back(8);
-  std::sort(expected.begin(), expected.end());
-  CHECK_TRUE(delta.first == expected);
-  std::vector<int64_t> removed = {7};
-  for (int i : {150, 151, 152}) removed.push_back(static_cast<int64_t>(keys[i]));
-  std::sort(removed.begin(), removed.end());
-  CHECK_TRUE(delta.second == removed);
-  CHECK_TRUE(SaveAll(t, true).first.empty() && SaveAll(t, true).second.empty());
-  CHECK_TRUE(!t.NeedsFullSave());
-  t.Clear();
-  CHECK_TRUE(t.NeedsFullSave());
-  t.BeginFullSave();
-  CHECK_TRUE(!t.NeedsFullSave());
-  t.FindOrInsert(keys.data(), 20, out.data(), kThreads);  // 20 new rows
-  t.MarkSaved();
-  CHECK_TRUE(SaveAll(t, true).first.empty());
-  CHECK_TRUE(SaveAll(t, false).first.size() == 20);
-}
-
-// A save of changes gathers rows in batches (to prefetch them); chunks of any size, ending
-// inside a batch or between two, must still take each changed row once, with its values.
-void TestChangesSavedInChunksOfAnySizeTakeEachChangedRowOnce() {
-  Table t(Config(2, OptimizerKind::kSgd, InitializerKind::kZeros, /*log2_stripes=*/0));
-  const auto kSerial = SerialParallelFor();
-  std::vector<uint64_t> keys(1000);
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 0x9e3779b97f4a7c15ULL + 1;
-  std::vector<float> out(keys.size() * 2);
-  std::map<int64_t, size_t> index_of;
-  for (size_t i = 0; i < keys.size(); ++i) index_of[static_cast<int64_t>(keys[i])] = i;
-  t.FindOrInsert(keys.data(), keys.size(), out.data(), kSerial);
-  for (int64_t max_rows : {1, 7, 15, 16, 17, 33, 1000}) {
-    t.MarkSaved();
-    std::vector<uint64_t> changed;
-    std::vector<float> values;
-    for (size_t i = max_rows % 3; i < keys.size(); i += 3) {
-      changed.push_back(keys[i]);
-      values.push_back(static_cast<float>(i));
-      values.push_back(static_cast<float>(max_rows));
-    }
-    t.Insert(changed.data(), changed.size(), values.data(), kSerial);
-    std::vector<int64_t> saved;
-    bool values_match = true;
-    ExportChunk chunk;
-    for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
-      t.SaveChunk(cursor, max_rows, /*changed_only=*/true, &chunk);
-      CHECK_TRUE(static_cast<int64_t>(chunk.keys.size()) <= max_rows);
-      for (size_t j = 0; j < chunk.keys.size(); ++j) {
-        const size_t i = index_of.at(chunk.keys[j]);
-        values_match &= chunk.values[2 * j] == static_cast<float>(i) &&
-                        chunk.values[2 * j + 1] == static_cast<float>(max_rows);
-      }
-      saved.insert(saved.end(), chunk.keys.begin(), chunk.keys.end());
-    }
-    std::sort(saved.begin(), saved.end());
-    std::vector<int64_t> expected(changed.begin(), changed.end());
-    std::sort(expected.begin(), expected.end());
-    CHECK_TRUE(saved == expected);
-    CHECK_TRUE(values_match);
-    CHECK_TRUE(SaveAll(t, true).first.empty());  // every saved row stopped counting as changed
-  }
-}
-
 // The rows SelectForServing picks, read stripe after stripe, in TableHash order, in
 // slices of slice_rows.
 std::vector<std::pair<uint64_t, std::vector<float>>> ReadServingRows(const Table& t,
@@ -952,8 +854,6 @@ int main() {
   tfps::TestServingReadsPickedRowsInHashOrderWhileTheTableChanges();
   tfps::TestServingOrderOfLargeStripesIsSortedAndComplete();
   tfps::TestCrc32cKnownValuesAndExtension();
-  tfps::TestSavesTakeExactlyTheChangesSinceTheLastSave();
-  tfps::TestChangesSavedInChunksOfAnySizeTakeEachChangedRowOnce();
   tfps::TestBlockCacheReusesBackedBlocksWithinItsLimit();
   tfps::TestBlockCacheWithoutRoomUnmapsReturnedBlocks();
   tfps::TestBlockCacheMovesReusedBlocksOntoHugePages();

@@ -40,6 +40,15 @@ absl::Status ShardInputs(OpKernelContext* ctx, const char* op, int index, uint32
   return absl::OkStatus();
 }
 
+// The chain a save to (or a restore from) `path` belongs to: `chain` when given, else the
+// file's directory, so the saves into one directory (a CheckpointManager's, a backup's)
+// form one chain and saves elsewhere never disturb it.
+std::string ChainOf(const std::string& chain, const std::string& path) {
+  if (!chain.empty()) return chain;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
 // paths [n] and expected_rows [n].
 absl::Status FileInputs(OpKernelContext* ctx, const char* op, int index,
                         std::vector<std::string>* paths, std::vector<int64_t>* expected_rows) {
@@ -63,6 +72,7 @@ class TableSaveOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_chunk_bytes", &max_chunk_bytes_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("changes_only", &changes_only_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("snapshot", &snapshot_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("chain", &chain_));
     OP_REQUIRES(ctx, !(snapshot_ && changes_only_),
                 absl::InvalidArgumentError(
                     "Tfps>TableSave: a snapshot is a whole copy; it cannot be changes_only"));
@@ -88,25 +98,33 @@ class TableSaveOp : public OpKernel {
         std::max<int64_t>(1, max_chunk_bytes_ / static_cast<int64_t>(RowBytes(header)));
     const Tensor* save_id;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableSave", 4, "save_id", &save_id));
-    const bool changes = changes_only_ && !table.NeedsFullSave();
+    const std::string file = path->scalar<::tensorflow::tstring>()();
+    const std::string chain = ChainOf(chain_, file);
+    Table::ChainPoint base;
+    const bool changes = changes_only_ && table.LastSaveOfChain(chain, &base);
     header.kind = changes ? kShardChanges : kWholeShard;
     header.save_id = static_cast<uint64_t>(save_id->scalar<int64_t>()());
-    header.base_id = changes ? table.ChainId() : 0;
-    if (!changes && !snapshot_) table.BeginFullSave();
+    header.base_id = changes ? base.save_id : 0;
+    // A snapshot belongs to no chain: it leaves the clock alone and reads every row.
+    const int64_t stamp = snapshot_ ? -1 : table.BeginSave();
     int64_t rows = 0;
     absl::Status status;
     RunOrReportOutOfMemory(ctx, "Tfps>TableSave", resource->name(), [&] {
-      status = Save(ctx, table, path->scalar<::tensorflow::tstring>()(), header, chunk_rows,
-                    changes, snapshot_, &rows);
-    }, snapshot_ ? "no file was written" : "no file was written, and the next save is whole");
-    // A snapshot takes no changes, so a failed one loses none.
-    if (!ctx->status().ok()) {
-      if (!snapshot_) table.SaveFailed();
-      return;
-    }
-    if (!status.ok() && !snapshot_) table.SaveFailed();  // the changes this save took are lost with it
+      bool incomplete = false;
+      status = Save(ctx, table, file, header, chunk_rows, changes ? base.stamp : -1, &rows, &incomplete);
+      if (status.ok() && incomplete) {
+        // Removals the chain needed were dropped while this save ran: it is written whole.
+        header.kind = kWholeShard;
+        header.base_id = 0;
+        status = Save(ctx, table, file, header, chunk_rows, -1, &rows, &incomplete);
+      }
+    }, "no file was written");
+    if (!ctx->status().ok()) return;
     OP_REQUIRES_OK(ctx, status);
-    if (!snapshot_) table.SetChainId(header.save_id);
+    if (!snapshot_) {
+      table.RecordChainSave(chain, Table::ChainPoint{header.save_id, stamp});
+      table.SetStateId(header.save_id);
+    }
     Tensor *rows_out, *kind_out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &rows_out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &kind_out));
@@ -115,18 +133,20 @@ class TableSaveOp : public OpKernel {
   }
 
  private:
+  // Writes the rows changed after `changed_after` (all rows when negative); *incomplete
+  // when the table could not tell every change.
   static absl::Status Save(OpKernelContext* ctx, Table& table, const std::string& path,
-                           const RowFileHeader& header, int64_t chunk_rows, bool changes,
-                           bool snapshot, int64_t* rows) {
+                           const RowFileHeader& header, int64_t chunk_rows, int64_t changed_after,
+                           int64_t* rows, bool* incomplete) {
     std::unique_ptr<RowFileWriter> writer;
     TF_RETURN_IF_ERROR(RowFileWriter::Create(ctx->env(), path, header, &writer));
     ExportChunk chunk;
+    *incomplete = false;
     for (int64_t cursor = 0; cursor >= 0; cursor = chunk.next_cursor) {
-      // Export reads rows as SaveChunk does, without taking their changes.
-      if (snapshot) {
-        chunk = table.Export(cursor, chunk_rows);
-      } else {
-        table.SaveChunk(cursor, chunk_rows, changes, &chunk);
+      table.SaveChunk(cursor, chunk_rows, changed_after, &chunk);
+      if (chunk.changes_incomplete) {
+        *incomplete = true;
+        return absl::OkStatus();  // the writer's temporary file goes with it
       }
       TF_RETURN_IF_ERROR(writer->Append(chunk));
     }
@@ -185,6 +205,7 @@ class TableSaveOp : public OpKernel {
   int64_t max_chunk_bytes_ = 0;
   bool changes_only_ = false;
   bool snapshot_ = false;
+  std::string chain_;
 };
 
 class RowFilesCheckOp : public OpKernel {
@@ -209,7 +230,7 @@ class RowFilesCheckOp : public OpKernel {
     std::vector<std::string> paths;
     std::vector<int64_t> expected_rows;
     OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>RowFilesCheck", 1, &paths, &expected_rows));
-    const uint64_t chain_id = resource->table().ChainId();
+    const uint64_t state_id = resource->table().StateId();
     int64_t clock = 0;
     for (size_t i = 0; i < paths.size(); ++i) {
       RowFileHeader header;
@@ -217,11 +238,11 @@ class RowFilesCheckOp : public OpKernel {
                                        optimizer_, &header));
       // Changes applied to another state than the one they follow would give a table that
       // never existed (a chain restored out of order, or changes without their whole save).
-      OP_REQUIRES(ctx, header.kind != kShardChanges || header.base_id == 0 || header.base_id == chain_id,
+      OP_REQUIRES(ctx, header.kind != kShardChanges || header.base_id == 0 || header.base_id == state_id,
                   absl::FailedPreconditionError(absl::StrCat(
                       "tfps checkpoint file '", paths[i], "' holds the changes since the save with "
                       "id ", header.base_id, ", but the table restoring it was last saved or "
-                      "restored as ", chain_id, " (0: none known); restore the checkpoint these "
+                      "restored as ", state_id, " (0: none known); restore the checkpoint these "
                       "changes follow first (the last whole one, then each later one in order)")));
       clock = std::max(clock, header.clock);
     }
@@ -328,6 +349,8 @@ class TableRestoreOp : public OpKernel {
  public:
   explicit TableRestoreOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("records_verified", &records_verified_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("chain", &chain_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("continue_chain", &continue_chain_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -365,13 +388,17 @@ class TableRestoreOp : public OpKernel {
     OP_REQUIRES_OK(ctx, status);
     if (!ctx->status().ok()) return;
     table.SetApplyCalls(clock);
-    table.MarkSaved();
-    // The files of one save share its id: the table's changes now count from that save.
+    // The files of one save share its id: the table equals that save now, and the chain of
+    // the files' directory continues from it.
     uint64_t save_id = readers[0]->header().save_id;
     for (const auto& reader : readers) {
       if (reader->header().save_id != save_id) save_id = 0;
     }
-    table.SetChainId(save_id);
+    const int64_t stamp = table.BeginSave();
+    if (save_id != 0 && continue_chain_) {
+      table.RecordChainSave(ChainOf(chain_, paths[0]), Table::ChainPoint{save_id, stamp});
+    }
+    table.SetStateId(save_id);
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = restored;
@@ -432,6 +459,8 @@ class TableRestoreOp : public OpKernel {
   }
 
   bool records_verified_ = false;
+  std::string chain_;
+  bool continue_chain_ = true;
 };
 
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableSave").Device(::tensorflow::DEVICE_CPU), TableSaveOp);

@@ -33,6 +33,7 @@ REGISTER_OP("Tfps>TableSave")
     .Output("kind: int64")
     .Attr("changes_only: bool = false")
     .Attr("snapshot: bool = false")
+    .Attr("chain: string = ''")
     .Attr("max_chunk_bytes: int = 4194304")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
@@ -43,12 +44,13 @@ REGISTER_OP("Tfps>TableSave")
     .Doc(R"doc(
 Writes the table (shard `shard_index` of `num_shards`) to the row file `path`, chunk by
 chunk, through a temporary file renamed into place at the end: every row, or with
-`changes_only` the rows inserted or changed and the keys removed since the table's last
-save (every row when the table needs a whole save: after a clear or a failed save).
-With `snapshot`, a whole copy outside the table's chain of saves (a Keras archive): the
-table's record of changes since its last save is left as it is. `save_id` (shared by the
-shards of one save; 0 for a snapshot) goes into the header, with, for changes, the id of
-the save they follow; the table then counts its changes from `save_id`.
+`changes_only` the rows inserted or changed and the keys removed since the last save of
+its chain (`chain`, by default the directory of `path`); every row when the table knows
+no such save or cannot tell all changes since (a clear or restore came after it). Saves
+of one chain never affect another's. With `snapshot`, a whole copy in no chain (a Keras
+archive). `save_id` (shared by the shards of one save; 0 for a snapshot) goes into the
+header, with, for changes, the id of the save they follow; the chain then continues
+from `save_id`. A failed save changes no chain.
 Returns the rows written and the file's kind (0: whole shard, 1: changes).
 )doc");
 
@@ -77,6 +79,8 @@ REGISTER_OP("Tfps>TableRestore")
     .Input("num_shards: int64")
     .Output("rows: int64")
     .Attr("records_verified: bool = false")
+    .Attr("chain: string = ''")
+    .Attr("continue_chain: bool = true")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {0, 3, 4}, {1, 2}); })
     .Doc(R"doc(
@@ -86,7 +90,8 @@ held (when every file is whole, the table is cleared first), a file of changes r
 removed keys and writes its rows. The clock becomes the largest saved one. The headers are
 checked against the table before it is touched; run Tfps>RowFilesCheck over the same files
 first to check every row; with records_verified (it has) the records' checksums are not
-computed again. Returns the rows restored.
+computed again. With `continue_chain`, the chain of the files (`chain`, by default their
+directory) continues from the save restored. Returns the rows restored.
 )doc");
 
 }  // namespace tfps

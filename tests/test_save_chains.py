@@ -1,0 +1,109 @@
+"""Chains of checkpoints of changes that interleave with other savers: each chain's next
+save of changes holds exactly the changes since that chain's own last save."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfps
+from tests.cluster_run import run_cluster_program
+from tests.save_chains_check import check_interleaved_savers, make_table
+from tests.table_rows import assert_same_rows, sorted_rows
+
+
+def test_three_savers_in_every_order_each_restore_their_last_save(tmp_path):
+    result = check_interleaved_savers(lambda: make_table(tfps.DynamicTable), str(tmp_path))
+    assert result["mismatches"] == []
+    assert result["restores"] == 18 and result["saves_of_changes"] == 8
+
+
+def test_three_savers_in_every_order_under_parameter_server_strategy(tmp_path):
+    result = run_cluster_program("pss_save_chains.py", str(tmp_path))
+    assert result["mismatches"] == []
+    assert result["restores"] == 18 and result["saves_of_changes"] == 8 and result["shards"] == 2
+
+
+def trained(table):
+    keys = np.arange(500, dtype=np.int64) * 7919
+    table.find_or_insert(keys)
+    table.apply_gradients(keys, np.full((500, 4), 0.1, np.float32), step=-1)
+    return table, keys
+
+
+@pytest.mark.parametrize("other", ["checkpoint", "checkpoint_manager", "save_weights_style"])
+def test_a_whole_save_elsewhere_between_two_backups_leaves_the_chain_intact(tmp_path, other):
+    # The smallest form of the failure: a backup chain, then any other save, then changes.
+    table, keys = trained(tfps.DynamicTable(4))
+    checkpoint = tf.train.Checkpoint(t=table)
+    writer = tfps.checkpoint.TracedWriter(checkpoint)
+    chain = [writer.write(str(tmp_path / "backup" / "ckpt-1"))]
+    table.apply_gradients(keys[:50], np.full((50, 4), 0.5, np.float32), step=-1)
+    if other == "checkpoint":
+        tf.train.Checkpoint(t=table).write(str(tmp_path / "epochs" / "epoch-1"))
+    elif other == "checkpoint_manager":
+        tf.train.CheckpointManager(tf.train.Checkpoint(t=table), str(tmp_path / "m"), 2).save()
+    else:
+        with tfps.checkpoint.changes_only():  # a chain of its own, in its own directory
+            tf.train.Checkpoint(t=table).write(str(tmp_path / "other" / "w"))
+    table.remove(keys[100:110])
+    chain.append(writer.write(str(tmp_path / "backup" / "ckpt-2"), changes_only=True))
+    # The backup of changes holds the 50 rows changed since the chain's whole backup (and
+    # the 10 keys removed), not only what changed since the other save.
+    assert int(tf.train.load_checkpoint(chain[1]).get_tensor("t/rows")[0]) == 50
+    restored = tfps.DynamicTable(4)
+    for path in chain:
+        tf.train.Checkpoint(t=restored).read(path)
+    assert_same_rows(sorted_rows(restored), sorted_rows(table))
+
+
+def test_two_named_chains_in_one_directory_stay_apart(tmp_path):
+    table, keys = trained(tfps.DynamicTable(4))
+    checkpoint = tf.train.Checkpoint(t=table)
+    paths = {"a": [], "b": []}
+    for name in ("a", "b"):
+        with tfps.checkpoint.chain(name):
+            paths[name].append(checkpoint.write(str(tmp_path / f"{name}-0")))
+    table.apply_gradients(keys[:20], np.ones((20, 4), np.float32), step=-1)
+    with tfps.checkpoint.changes_only(chain="a"):
+        paths["a"].append(checkpoint.write(str(tmp_path / "a-1")))
+    expected_a = sorted_rows(table)
+    table.apply_gradients(keys[20:30], np.ones((10, 4), np.float32), step=-1)
+    with tfps.checkpoint.changes_only(chain="b"):  # holds all 30 changes since b's save
+        paths["b"].append(checkpoint.write(str(tmp_path / "b-1")))
+    assert int(tf.train.load_checkpoint(paths["b"][1]).get_tensor("t/rows")[0]) == 30
+    for name, expected in (("a", expected_a), ("b", sorted_rows(table))):
+        restored = tfps.DynamicTable(4)
+        for path in paths[name]:
+            tf.train.Checkpoint(t=restored).read(path)
+        assert_same_rows(sorted_rows(restored), expected)
+
+
+def test_a_failed_save_changes_no_chain(tmp_path):
+    table, keys = trained(tfps.DynamicTable(4))
+    checkpoint = tf.train.Checkpoint(t=table)
+    chain = [checkpoint.write(str(tmp_path / "ckpt-0"))]
+    table.apply_gradients(keys[:20], np.ones((20, 4), np.float32), step=-1)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the save wants a directory")
+    with pytest.raises(tf.errors.OpError):
+        with tfps.checkpoint.changes_only(chain=str(tmp_path)):
+            checkpoint.write(str(blocked / "ckpt-1"))
+    with tfps.checkpoint.changes_only():
+        chain.append(checkpoint.write(str(tmp_path / "ckpt-2")))
+    assert int(tf.train.load_checkpoint(chain[1]).get_tensor("t/rows")[0]) == 20
+    restored = tfps.DynamicTable(4)
+    for path in chain:
+        tf.train.Checkpoint(t=restored).read(path)
+    assert_same_rows(sorted_rows(restored), sorted_rows(table))
+
+
+@pytest.mark.parametrize("name", ["", 7])
+def test_a_chain_name_that_is_not_a_non_empty_string_is_refused(name):
+    with pytest.raises(ValueError, match="must be a non-empty string"):
+        with tfps.checkpoint.chain(name):
+            pass
+    with pytest.raises(ValueError, match="must be a non-empty string"):
+        with tfps.checkpoint.changes_only(chain=name):
+            pass
