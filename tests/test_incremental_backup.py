@@ -66,23 +66,24 @@ class Watch(keras.callbacks.Callback):
         self._record_backup()
 
 
-def fit(model, backup, watch, epochs=3):
+def fit(model, backup, watch, epochs=3, others=()):
     x, y = data()
-    model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0, callbacks=[backup, watch])
+    model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0,
+              callbacks=[backup, *others, watch])
 
 
-def interrupted_then_resumed(directory, stop_at, **backup_args):
+def interrupted_then_resumed(directory, stop_at, others=(), **backup_args):
     """Trains until a preemption at `stop_at`, empties the table as a new process would
-    start, and fits again from the backups: (watch of the first fit, of the second, the
-    resume point between them)."""
+    start, and fits again from the backups, with the callbacks `others` in both fits:
+    (watch of the first fit, of the second, the resume point between them)."""
     model, layer = model_and_layer()
     first = Watch(directory, layer, stop_at)
     with pytest.raises(RuntimeError, match="simulated preemption"):
-        fit(model, IncrementalBackup(directory, **backup_args), first)
+        fit(model, IncrementalBackup(directory, **backup_args), first, others=others)
     resume_point = IncrementalBackup.resume_point(directory)
     layer.table.clear()
     second = Watch(directory, layer)
-    fit(model, IncrementalBackup(directory, **backup_args), second)
+    fit(model, IncrementalBackup(directory, **backup_args), second, others=others)
     return first, second, resume_point
 
 
@@ -163,6 +164,50 @@ def test_epoch_backups_resume_at_the_start_of_the_interrupted_epoch(tmp_path):
     assert second.steps[0] == (1, 0)
 
 
+@pytest.mark.parametrize("other", ["model_checkpoint", "checkpoint_manager"])
+def test_checkpoints_written_beside_the_backups_leave_recovery_intact(tmp_path, other):
+    # The main job writes a whole checkpoint every epoch beside its backups of changes.
+    directory = str(tmp_path / "backup")
+    if other == "model_checkpoint":
+        saver = keras.callbacks.ModelCheckpoint(str(tmp_path / "epochs" / "w-{epoch}"), save_weights_only=True)
+    else:
+        class Manager(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if batch % 3 == 1:
+                    if not hasattr(self, "manager"):
+                        self.manager = tf.train.CheckpointManager(
+                            tf.train.Checkpoint(model=self.model), str(tmp_path / "manager"), 2)
+                    self.manager.save()
+        saver = Manager()
+    first, second, _ = interrupted_then_resumed(directory, stop_at=(1, 9), others=[saver], save_freq=5)
+    assert [state["chain"] for state, _ in first.backups][-1] == ["ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4"]
+    assert_same_rows(second.restored, first.backups[-1][1])
+    assert second.steps[0] == (1, 8)
+
+
+def test_a_backup_of_another_model_is_refused_naming_the_difference(tmp_path):
+    directory = str(tmp_path / "backup")
+    model, layer = model_and_layer()
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        fit(model, IncrementalBackup(directory, save_freq=5), Watch(directory, layer, stop_at=(0, 9)))
+    wider = tfps.keras_layers.DynamicEmbedding(8, combiner="sum", optimizer=tfps.optimizers.Adagrad(0.1),
+                                              name=layer.name)
+    other = keras.Sequential([keras.Input((2,), dtype=tf.int64), wider, keras.layers.Dense(1)])
+    other.compile(optimizer="sgd", loss="mse")
+    watch = Watch(directory, wider)
+    with pytest.raises(ValueError, match="IncrementalBackup: .*chief holds backups of another model.*"
+                                         "table 0 .* has dim 4 in the backup, 8 here.*"
+                                         r"variable 0 \('.*kernel.*' here\) is \[4, 1\] float32 in the backup, "
+                                         r"\[8, 1\] float32 here"):
+        fit(other, IncrementalBackup(directory, save_freq=5), watch)
+    assert watch.steps == []
+    # The same model resumes from it.
+    second = Watch(directory, layer)
+    layer.table.clear()
+    fit(model, IncrementalBackup(directory, save_freq=5), second)
+    assert second.steps[0] == (0, 10)
+
+
 def corrupt(path):
     with open(path, "r+b") as f:
         size = f.seek(0, os.SEEK_END)
@@ -192,6 +237,30 @@ def test_an_unreadable_backup_of_changes_resumes_from_the_backup_before_it(tmp_p
     # The chain was cut before ckpt-4 when the restore fell back, and the next backup follows ckpt-3.
     assert [state["chain"] for state, _ in second.backups[:2]] == [
         ["ckpt-1", "ckpt-2", "ckpt-3"], ["ckpt-1", "ckpt-2", "ckpt-3", "ckpt-5"]]
+
+
+def test_changes_that_do_not_follow_the_restored_backup_resume_from_the_one_before(tmp_path, capfd):
+    directory = str(tmp_path / "backup")
+    model, layer = model_and_layer()
+    first = Watch(directory, layer, stop_at=(1, 9))
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        fit(model, IncrementalBackup(directory, save_freq=5), first)
+    chain_path = os.path.join(directory, "chief", "chain.json")
+    with open(chain_path) as f:
+        state = json.load(f)
+    state["chain"] = ["ckpt-1", "ckpt-2", "ckpt-4"]  # ckpt-4 holds the changes since ckpt-3
+    with open(chain_path, "w") as f:
+        json.dump(state, f)
+    layer.table.clear()
+    capfd.readouterr()
+    second = Watch(directory, layer)
+    fit(model, IncrementalBackup(directory, save_freq=5), second)
+    err = capfd.readouterr().err
+    assert "backup ckpt-4 in" in err and "ckpt-4-tfps.DynamicTable.t0.shard-00000-of-00001' holds the changes" in err
+    assert "resuming from ckpt-2" in err
+    assert_same_rows(second.restored, first.backups[1][1])
+    assert second.steps[0] == (0, 10)  # after ckpt-2, the backup of step 10
+    assert second.backups[0][0]["chain"] == ["ckpt-1", "ckpt-2"]
 
 
 def test_an_unreadable_whole_backup_or_chain_file_fails_naming_it(tmp_path):

@@ -5,7 +5,11 @@ The backups of one fit form a chain listed in `backup_dir/chief/chain.json`: a w
 checkpoint, then checkpoints of changes, each restored after the one before. The file also
 records where training stood at the last backup (epoch, step, steps run), which is where
 a restarted fit resumes and where an endless input stream should resume too
-(`IncrementalBackup.resume_point`). It is replaced only after a backup is complete.
+(`IncrementalBackup.resume_point`), and what the backups hold (each table's
+configuration, each variable's shape), so a backup of another model is refused instead of
+resumed. It is replaced only after a backup is complete. The backup directory is the
+chain's own (tfps.checkpoint): other checkpoints written beside it elsewhere never change
+what its backups of changes hold.
 """
 
 import collections
@@ -162,6 +166,37 @@ def _read_chain_file(directory):
     return state
 
 
+def _contents(model):
+    """What a backup of `model` holds, in the model's order (names may differ between
+    processes, order and shapes do not): {"tables": [[layer name, config without the name]],
+    "variables": [[name, shape, dtype]]}, as JSON gives it back."""
+    from tfps.keras_layers import DynamicEmbedding
+    layers = model._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
+    tables = [[layer.name, {k: v for k, v in layer.get_config().items() if k != "name"}]
+              for layer in layers if isinstance(layer, DynamicEmbedding)]
+    variables = [[v.name, [int(d) if d is not None else None for d in v.shape], v.dtype.name]
+                 for v in model.variables if "table_proxy" not in v.name]
+    return json.loads(json.dumps({"tables": tables, "variables": variables}, default=str, sort_keys=True))
+
+
+def _differences(saved, now, limit=5):
+    """Sentences naming how the model `now` differs from the one a backup holds."""
+    found = []
+    for kind, what in (("tables", "table"), ("variables", "variable")):
+        before, after = saved.get(kind, []), now.get(kind, [])
+        if len(before) != len(after):
+            found.append(f"the backup holds {len(before)} {what}(s), this model {len(after)}")
+        for i, (old, new) in enumerate(zip(before, after)):
+            if kind == "variables" and old[1:] != new[1:]:
+                found.append(f"variable {i} ('{new[0]}' here) is {old[1]} {old[2]} in the backup, "
+                             f"{new[1]} {new[2]} here")
+            elif kind == "tables" and old[1] != new[1]:
+                found += [f"table {i} ('{new[0]}' here) has {k} {old[1].get(k)!r} in the backup, "
+                          f"{new[1].get(k)!r} here" for k in sorted(set(old[1]) | set(new[1]))
+                          if old[1].get(k) != new[1].get(k)]
+    return found[:limit] + ([f"and {len(found) - limit} more"] if len(found) > limit else [])
+
+
 class _ChainTrainingState(worker_training_state.WorkerTrainingState):
     """The training state of IncrementalBackup: a chain of checkpoints, one whole and then
     changes, listed in chain.json."""
@@ -179,6 +214,8 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         state = _read_chain_file(self._directory)
         self._chain, self._next = state.get("chain", []), state.get("next", 1)
         self._steps_per_epoch = state.get("steps_per_epoch")  # of the fit the chain backs up
+        self._saved_contents = state.get("contents")  # None in chains of earlier releases
+        self._contents = _contents(model)
         # Chains of tfps releases before this file recorded positions resume as Keras does.
         self._positions_recorded = not self._chain or "steps_done" in state
         self.resumed_at = None  # the ResumePoint fit resumed at, once it asked
@@ -199,7 +236,8 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         path = os.path.join(self._directory, CHAIN_FILE)
         with tf.io.gfile.GFile(path + ".tmp", "w") as f:
             json.dump({"chain": self._chain, "next": self._next, "epoch": epoch, "batch": batch,
-                       "steps_done": steps_done, "steps_per_epoch": self._steps_per_epoch}, f)
+                       "steps_done": steps_done, "steps_per_epoch": self._steps_per_epoch,
+                       "contents": self._contents}, f)
         tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
     def back_up(self, epoch, batch=-1, steps_per_epoch=None):
@@ -220,16 +258,26 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         if not self._chain:
             _log(f"no backup in {self._directory}; training starts from the beginning")
             return
+        if self._saved_contents is not None:
+            differences = _differences(self._saved_contents, self._contents)
+            if differences:
+                raise ValueError(
+                    f"IncrementalBackup: {self._directory} holds backups of another model, which "
+                    f"this run will not resume: {'; '.join(differences)}. Give this run a "
+                    f"backup_dir of its own, or remove {self._directory} to start afresh")
         for k, name in enumerate(self._chain):
             try:
                 self._checkpoint.read(os.path.join(self._directory, name)).expect_partial()
-            except (tf.errors.DataLossError, tf.errors.NotFoundError) as e:
+            # Unreadable (damaged, truncated, missing), or changes that do not follow the
+            # state restored before them.
+            except (tf.errors.DataLossError, tf.errors.NotFoundError,
+                    tf.errors.FailedPreconditionError) as e:
                 if k == 0:
                     raise ValueError(
                         f"IncrementalBackup: the whole backup {name} in {self._directory} cannot be "
                         f"read ({e.message}); restore it, or remove {self._directory} to start "
                         "training afresh") from e
-                _log(f"backup {name} in {self._directory} cannot be read ({e.message}); resuming "
+                _log(f"backup {name} in {self._directory} cannot be applied ({e.message}); resuming "
                      f"from {self._chain[k - 1]} before it, so the training between them is lost")
                 self._chain = self._chain[:k]
                 self.restore()
