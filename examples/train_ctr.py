@@ -12,6 +12,8 @@ examples/s per epoch, evaluates every line of the eval file once (under PSS too)
 best AUC the generated data allows, saves checkpoints (the last 2 epochs'), and exports a SavedModel for serving. Training
 backs itself up with tfps.callbacks.IncrementalBackup (--backup_dir), so under
 tfps-launch a run whose parameter server dies restarts and resumes from its last backup.
+Checkpoints and backups go under --out_dir: by default a directory of this run's own (under
+tfps-launch, one per launch that its cluster restarts share), so no other run resumes them.
 """
 
 import argparse
@@ -100,6 +102,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
             save_relative_paths=True)
 
 
+def run_directory():
+    """A directory of this run's own: under tfps-launch one per launch, which the restarts
+    of its cluster share (so a restarted run finds its backups); else a fresh one."""
+    launch = os.environ.get("TFPS_LAUNCH_ID")
+    if launch:
+        return os.path.join(tempfile.gettempdir(), "tfps-train-ctr", launch)
+    return tempfile.mkdtemp(prefix="tfps-train-ctr-")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "tfps-criteo"))
@@ -110,10 +121,14 @@ def main():
     parser.add_argument("--steps_per_epoch", type=int, default=0, help="default: one pass over the data")
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=0.3)
-    parser.add_argument("--checkpoint_dir", default=None)
-    parser.add_argument("--backup_dir", default=os.path.join(tempfile.gettempdir(), "tfps-train-ctr-backup"),
-                        help="IncrementalBackup's directory: a run that dies (a lost parameter server "
-                             "under tfps-launch) resumes from it; '' turns backups off")
+    parser.add_argument("--out_dir", default=None,
+                        help="where checkpoints and backups go by default (default: a directory of "
+                             "this run's own; under tfps-launch, one per launch)")
+    parser.add_argument("--checkpoint_dir", default=None, help="default: OUT_DIR/checkpoints")
+    parser.add_argument("--backup_dir", default=None,
+                        help="IncrementalBackup's directory (default: OUT_DIR/backup): a run that dies "
+                             "(a lost parameter server under tfps-launch) resumes from it; '' turns "
+                             "backups off")
     parser.add_argument("--backup_every_steps", type=int, default=0,
                         help="steps between backups (default: a quarter of an epoch)")
     parser.add_argument("--export_dir", default=None,
@@ -123,6 +138,10 @@ def main():
     parser.add_argument("--evaluator_timeout", type=float, default=3600,
                         help="an evaluator stops after this many seconds without a new checkpoint")
     args = parser.parse_args()
+    out_dir = args.out_dir or run_directory()
+    args.checkpoint_dir = args.checkpoint_dir or os.path.join(out_dir, "checkpoints")
+    if args.backup_dir is None:
+        args.backup_dir = os.path.join(out_dir, "backup")
 
     strategy = tfps.distribute.strategy_from_tf_config()  # ps/worker tasks serve here
     files = sorted(glob.glob(os.path.join(args.data_dir, "*.tsv")))
@@ -136,7 +155,7 @@ def main():
     config = tfps.distribute.tf_config()
     if config and config["task"]["type"] == "evaluator":
         return evaluate_checkpoints(model, args, eval_files)
-    checkpoint_dir = args.checkpoint_dir or tempfile.mkdtemp(prefix="tfps-ckpt-")
+    checkpoint_dir = args.checkpoint_dir
     callbacks = [Throughput(steps * args.batch_size), EpochCheckpoint(checkpoint_dir)]
     if args.tensorboard_dir:
         try:

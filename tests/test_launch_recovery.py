@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.event_pipe import EventPipe
 
@@ -16,20 +17,23 @@ PROGRAM = os.path.join(ROOT, "tests", "cluster_programs", "ps_loss_resume.py")
 SAVE_EVERY, STEPS_PER_EXECUTION, STEPS_PER_EPOCH = 10, 5, 20
 
 
-def test_a_killed_parameter_server_costs_at_most_one_backup_interval(tmp_path):
+@pytest.mark.parametrize("fault", ["killed", "stopped"])
+def test_a_lost_parameter_server_costs_at_most_one_backup_interval(tmp_path, fault):
+    """killed: SIGKILL; stopped: SIGSTOP, a task alive but hung, which the launcher finds
+    silent for --hang_timeout seconds and kills."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     logs = tmp_path / "logs"
     events = EventPipe(str(tmp_path / "events"), value=int)
     os.mkfifo(tmp_path / "release")
     launcher = subprocess.Popen(
         [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "1", "--max_restarts", "1",
-         "--log_dir", str(logs), PROGRAM, str(tmp_path)],
+         "--hang_timeout", "6", "--log_dir", str(logs), PROGRAM, str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))
     try:
         # The chief holds after two backups (a whole one, then one of changes) and a step
         # block past the second, so there is something to lose.
         events.wait_for(lambda seen: "holding_0" in seen, 300, "the chief to hold", launcher)
-        os.kill(events.values["ps_1"], signal.SIGKILL)
+        os.kill(events.values["ps_1"], signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
         with open(tmp_path / "release", "w") as release:
             release.write("go\n")
         out, err = launcher.communicate(timeout=600)
@@ -38,7 +42,9 @@ def test_a_killed_parameter_server_costs_at_most_one_backup_interval(tmp_path):
             launcher.kill()
         events.close()
     assert launcher.returncode == 0, err[-4000:]
-    assert "ps_1 exited with code -9" in (logs / "launcher.log").read_text()
+    launcher_log = (logs / "launcher.log").read_text()
+    assert "ps_1 exited with code -9" in launcher_log
+    assert ("ps_1 has not answered for" in launcher_log) == (fault == "stopped")
     assert (tmp_path / "done-1.json").exists() and not (tmp_path / "done-0.json").exists()
     last = np.load(tmp_path / f"backup-0-{events.values['backup_0']}.npz")
     restored = np.load(tmp_path / "restored-1.npz")

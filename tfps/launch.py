@@ -9,7 +9,10 @@ launcher exits with the chief's exit code; when the chief ends, or on Ctrl-C or 
 every other task is stopped. A worker that crashes while the chief runs is restarted
 (ParameterServerStrategy tolerates losing a worker). A parameter server that dies, or a
 chief killed by a signal, restarts the whole cluster (--max_restarts times), and the
-program resumes from its latest backup. Every restart is logged.
+program resumes from its latest backup. A task that stops answering (a hung or stopped
+process: its server leaves a status call unanswered, or its process is stopped) for
+--hang_timeout seconds (default 30) is killed and then treated as a task that died. Every
+restart is logged.
 """
 
 import argparse
@@ -23,8 +26,10 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 
 from tfps.distribute import free_ports
+from tfps.task_health import HangWatch
 
 STOP_GRACE_SECONDS = 10
 
@@ -75,6 +80,13 @@ class Task:
 
     def poll(self):
         return self.process.poll() if self.process else None
+
+    def kill(self):
+        """SIGKILLs every process of the task's session (a stopped process takes no other
+        signal); poll() then reports it killed."""
+        if self.process is not None:
+            _signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
 
     def stop(self):
         """Stops every process of the task's session, also when the task itself has
@@ -158,7 +170,7 @@ def program_command(script, args):
 
 
 def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out=sys.stdout,
-           max_worker_restarts=3, max_restarts=3):
+           max_worker_restarts=3, max_restarts=3, hang_timeout=30.0):
     """Runs the cluster until the chief exits; returns the chief's exit code.
 
     A worker that fails is restarted on its own (up to max_worker_restarts times); a
@@ -166,10 +178,15 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
     whole cluster starts again on fresh ports (up to max_restarts times), so a program that
     backs up its state (BackupAndRestore, tfps.callbacks.IncrementalBackup) resumes from
     its latest backup. Each task sees the number of cluster restarts so far in
-    TFPS_CLUSTER_RESTARTS.
+    TFPS_CLUSTER_RESTARTS, and an id of this launch, the same in every restart, in
+    TFPS_LAUNCH_ID (a program keeps its backups in a directory of its launch's own with it).
+    A task silent for `hang_timeout` seconds (tfps.task_health; 0: never) is killed, and
+    then handled as a task that died.
     """
     if num_ps < 1 or num_workers < 1:
         raise SystemExit(f"tfps-launch: need --num_ps >= 1 and --num_workers >= 1, got {num_ps} and {num_workers}")
+    if not hang_timeout >= 0:
+        raise SystemExit(f"tfps-launch: need --hang_timeout >= 0, got {hang_timeout}")
     if max_restarts < 0 or max_worker_restarts < 0:
         raise SystemExit(f"tfps-launch: need --max_restarts >= 0 and --max_worker_restarts >= 0, got "
                          f"{max_restarts} and {max_worker_restarts}")
@@ -186,6 +203,7 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
         launcher_log.flush()
         print(line, file=sys.stderr, flush=True)
 
+    launch_id = os.environ.get("TFPS_LAUNCH_ID") or uuid.uuid4().hex[:12]
     stopping = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -193,7 +211,8 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
             cluster = cluster_spec(num_workers, num_ps)
             note(f"cluster {json.dumps(cluster)}; logs in {log_dir}")
             code, lost = _run_cluster(cluster, program_command(script, args), log_dir, evaluator,
-                                      out, max_worker_restarts, restart, stopping, note)
+                                      out, max_worker_restarts, restart, stopping, note, launch_id,
+                                      hang_timeout)
             if lost is None:
                 return code
             if restart == max_restarts:
@@ -220,20 +239,29 @@ def _lost_with_chief(code, others):
 
 
 def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts, restart, stopping,
-                 note):
+                 note, launch_id, hang_timeout):
     """Runs one cluster; returns (exit code, None) when the chief ends it or it is
     interrupted, or (the chief's exit code or None, what was lost) when it must restart."""
-    env = {"TFPS_CLUSTER_RESTARTS": str(restart)}
+    env = {"TFPS_CLUSTER_RESTARTS": str(restart), "TFPS_LAUNCH_ID": launch_id}
     others = [Task("ps", i, cluster, command, log_dir, env=env) for i in range(len(cluster["ps"]))]
     others += [Task("worker", i, cluster, command, log_dir, env=env)
                for i in range(len(cluster["worker"]))]
     if evaluator:
         others.append(Task("evaluator", 0, cluster, command, log_dir, env=env))
     chief = Task("chief", 0, cluster, command, log_dir, stream_to=out, env=env)
+    addresses = {f"{job}_{i}": address for job in ("ps", "worker")
+                 for i, address in enumerate(cluster[job])}
+    watch = None
     try:
         for task in others + [chief]:
             task.start()
+        if hang_timeout > 0:
+            watch = HangWatch(others + [chief], addresses, hang_timeout)
         while not stopping.is_set():
+            for task, silent in watch.hung() if watch else []:
+                note(f"{task.name} has not answered for {silent:.0f} s (hung or stopped); killing it")
+                task.kill()
+                watch.forget(task)
             code = chief.poll()
             if code is not None:
                 return code, _lost_with_chief(code, others)
@@ -249,10 +277,14 @@ def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts,
                 note(f"{task.name} exited with code {code}; restarting it "
                      f"(restart {task.restarts} of {max_worker_restarts})")
                 task.start()
+                if watch:
+                    watch.forget(task)
             stopping.wait(0.2)  # wakes at once on Ctrl-C or SIGTERM
         note("interrupted; stopping every task")
         return 130, None
     finally:
+        if watch:
+            watch.close()
         for task in others + [chief]:
             task.stop()
 
@@ -267,6 +299,9 @@ def main(argv=None):
     parser.add_argument("--max_restarts", type=int, default=3,
                         help="times the whole cluster restarts after a parameter server dies or "
                              "the chief fails")
+    parser.add_argument("--hang_timeout", type=float, default=30.0,
+                        help="seconds a task may leave its status check unanswered (or stay "
+                             "stopped) before it is killed and restarted; 0: never")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
@@ -275,7 +310,7 @@ def main(argv=None):
                      else f"{opts.script} does not exist")
     sys.exit(launch(opts.num_ps, opts.num_workers, opts.script, opts.args, opts.log_dir,
                     opts.evaluator, max_worker_restarts=opts.max_worker_restarts,
-                    max_restarts=opts.max_restarts))
+                    max_restarts=opts.max_restarts, hang_timeout=opts.hang_timeout))
 
 
 if __name__ == "__main__":
