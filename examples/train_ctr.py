@@ -135,9 +135,18 @@ def main():
                         help="export a serving SavedModel here, and a few eval examples to "
                              "EXPORT_DIR.samples.npz (examples/serve_export.py serves them)")
     parser.add_argument("--tensorboard_dir", default=None, help="write TensorBoard logs here")
+    parser.add_argument("--fault_report", default=None,
+                        help="for benchmarks/faults.py: record progress and restores here "
+                             "(examples/fault_report.py)")
+    parser.add_argument("--fault_hold", choices=["backup", "restore"], default=None,
+                        help="for benchmarks/faults.py: pause a backup or a restore part way")
     parser.add_argument("--evaluator_timeout", type=float, default=3600,
                         help="an evaluator stops after this many seconds without a new checkpoint")
     args = parser.parse_args()
+    if not (args.checkpoint_dir or args.out_dir or os.environ.get("TFPS_LAUNCH_ID")) and \
+            (tfps.distribute.tf_config() or {}).get("task", {}).get("type") == "evaluator":
+        raise SystemExit("train_ctr.py: an evaluator task needs --checkpoint_dir or --out_dir (shared "
+                         "with the chief)")
     out_dir = args.out_dir or run_directory()
     args.checkpoint_dir = args.checkpoint_dir or os.path.join(out_dir, "checkpoints")
     if args.backup_dir is None:
@@ -168,6 +177,12 @@ def main():
         # Whole every 10th backup, only the rows that changed in between; removed when fit ends.
         callbacks.insert(0, tfps.callbacks.IncrementalBackup(
             args.backup_dir, save_freq=args.backup_every_steps or max(1, steps // 4)))
+    if args.fault_report:
+        import fault_report  # beside this file
+        if args.fault_hold:
+            fault_report.install_holds(args.fault_report, args.fault_hold, args.backup_dir)
+        callbacks.append(fault_report.FaultReport(args.fault_report, args.backup_dir,
+                                                  model.get_layer("fields")))
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
         def train_data(_=None):
@@ -207,8 +222,6 @@ def main():
 
 def evaluate_checkpoints(model, args, eval_files):
     """Sidecar evaluation: each new checkpoint of the chief, until the launcher stops us."""
-    if not args.checkpoint_dir:
-        raise SystemExit("train_ctr.py: an evaluator task needs --checkpoint_dir (shared with the chief)")
     data = tfps.data.criteo_dataset(eval_files, args.batch_size)
     steps = max(1, sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
     for path in tf.train.checkpoints_iterator(args.checkpoint_dir, timeout=args.evaluator_timeout):

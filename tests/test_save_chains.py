@@ -1,14 +1,18 @@
 """Chains of checkpoints of changes that interleave with other savers: each chain's next
 save of changes holds exactly the changes since that chain's own last save."""
 
+import json
 import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfps
-from tests.cluster_run import run_cluster_program
+from tests.cluster_run import ROOT, run_cluster_program
 from tests.save_chains_check import check_interleaved_savers, make_table
 from tests.table_rows import assert_same_rows, sorted_rows
 
@@ -107,3 +111,23 @@ def test_a_chain_name_that_is_not_a_non_empty_string_is_refused(name):
     with pytest.raises(ValueError, match="must be a non-empty string"):
         with tfps.checkpoint.changes_only(chain=name):
             pass
+
+
+def test_tasks_that_see_different_storage_fail_the_save_and_restore_naming_task_and_path(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    program = os.path.join(ROOT, "tests", "cluster_programs", "unshared_storage.py")
+    run = subprocess.run([sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "1",
+                          "--max_restarts", "0", "--log_dir", str(tmp_path / "logs"), program, str(tmp_path)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["save_kind"] == "FailedPreconditionError"
+    assert re.search(r"tfps checkpoint file 'relative/ckpt-tfps.DynamicTable.t0.shard-0000[01]-of-00002', "
+                     r"which /job:ps/replica:0/task:[01]/device:CPU:0 wrote, is not visible on "
+                     r"/job:chief/.*every task must reach the checkpoint location", out["save_message"])
+    assert not out["manifest_written"]
+    assert out["rows_after_failed_save"] == 1000  # no chain recorded: the next save is whole
+    assert out["restore_kind"] == "NotFoundError"
+    assert re.search(r"copy/ckpt-tfps.DynamicTable.t0.shard-0000[01]-of-00002' cannot be read.*"
+                     r"on /job:ps/replica:0/task:[01]/device:CPU:0; every task must reach", out["restore_message"])
+    assert out["restored_rows"] == 0

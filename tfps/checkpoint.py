@@ -145,7 +145,7 @@ def _save_id(file_prefix):
 
 
 def _save(trackables, file_prefix):
-    names, tensors = [], []
+    names, tensors, shard_files, writers, commits = [], [], [], [], []
     base = tf.strings.regex_replace(file_prefix, r"^.*/", "")
     save_id = _save_id(file_prefix)
     for t, key in enumerate(sorted(trackables)):
@@ -156,21 +156,37 @@ def _save(trackables, file_prefix):
 
         def save_shard(i, shard=None, suffix=None):
             with tf.device(shard.resource_handle.device):
-                return ops.tfps_table_save(shard.resource_handle, file_prefix + suffix, i,
-                                           len(shards), save_id, changes_only=changes,
-                                           chain=chain).rows
-        rows = on_every_shard([functools.partial(save_shard, i, shard, suffix)
+                saved = ops.tfps_table_save(shard.resource_handle, file_prefix + suffix, i,
+                                            len(shards), save_id, changes_only=changes, chain=chain)
+                return saved.rows, saved.stamp
+        saved = on_every_shard([functools.partial(save_shard, i, shard, suffix)
                                 for i, (shard, suffix) in enumerate(zip(shards, suffixes))])
+        rows = [r for r, _ in saved]
         names += _manifest_names(key)
         tensors += [tf.stack([base + suffix for suffix in suffixes]), tf.stack(rows),
                     tf.constant(_layout(trackables[key]), tf.int64)]
+        shard_files += [file_prefix + suffix for suffix in suffixes]
+        writers += [shard.resource_handle.device or "this task" for shard in shards]
+        commits += [functools.partial(_commit, shard, file_prefix + suffix, save_id, stamp, chain)
+                    for shard, suffix, (_, stamp) in zip(shards, suffixes, saved)]
     # The manifest depends on every shard's row count, so it is written, and merged into
-    # the checkpoint, only after every shard file is complete.
-    with tf.device("CPU:0"):
-        saved = tf.raw_ops.SaveV2(prefix=file_prefix, tensor_names=names,
-                                  shape_and_slices=[""] * len(names), tensors=tensors)
-        with tf.control_dependencies([saved]):
-            return tf.identity(file_prefix)
+    # the checkpoint, only after every shard file is complete and seen from here (a task
+    # writing where the others cannot see fails the save now, not the restore later). Only
+    # then do the tables' chains move on to this save.
+    with tf.device("CPU:0"), tf.control_dependencies(tensors):
+        visible = ops.tfps_row_files_visible(tf.stack(shard_files), tf.constant(writers))
+        with tf.control_dependencies([visible]):
+            saved = tf.raw_ops.SaveV2(prefix=file_prefix, tensor_names=names,
+                                      shape_and_slices=[""] * len(names), tensors=tensors)
+    with tf.control_dependencies([saved]):
+        committed = on_every_shard(commits)
+    with tf.device("CPU:0"), tf.control_dependencies(committed):
+        return tf.identity(file_prefix)
+
+
+def _commit(shard, path, save_id, stamp, chain):
+    with tf.device(shard.resource_handle.device):
+        return ops.tfps_table_commit_save(shard.resource_handle, path, save_id, stamp, chain=chain)
 
 
 def _restore(trackables, merged_prefix):

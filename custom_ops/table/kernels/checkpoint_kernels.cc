@@ -40,15 +40,6 @@ absl::Status ShardInputs(OpKernelContext* ctx, const char* op, int index, uint32
   return absl::OkStatus();
 }
 
-// The chain a save to (or a restore from) `path` belongs to: `chain` when given, else the
-// file's directory, so the saves into one directory (a CheckpointManager's, a backup's)
-// form one chain and saves elsewhere never disturb it.
-std::string ChainOf(const std::string& chain, const std::string& path) {
-  if (!chain.empty()) return chain;
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? std::string() : path.substr(0, slash);
-}
-
 // paths [n] and expected_rows [n].
 absl::Status FileInputs(OpKernelContext* ctx, const char* op, int index,
                         std::vector<std::string>* paths, std::vector<int64_t>* expected_rows) {
@@ -99,9 +90,8 @@ class TableSaveOp : public OpKernel {
     const Tensor* save_id;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableSave", 4, "save_id", &save_id));
     const std::string file = path->scalar<::tensorflow::tstring>()();
-    const std::string chain = ChainOf(chain_, file);
     Table::ChainPoint base;
-    const bool changes = changes_only_ && table.LastSaveOfChain(chain, &base);
+    const bool changes = changes_only_ && table.LastSaveOfChain(ChainOf(chain_, file), &base);
     header.kind = changes ? kShardChanges : kWholeShard;
     header.save_id = static_cast<uint64_t>(save_id->scalar<int64_t>()());
     header.base_id = changes ? base.save_id : 0;
@@ -121,15 +111,14 @@ class TableSaveOp : public OpKernel {
     }, "no file was written");
     if (!ctx->status().ok()) return;
     OP_REQUIRES_OK(ctx, status);
-    if (!snapshot_) {
-      table.RecordChainSave(chain, Table::ChainPoint{header.save_id, stamp});
-      table.SetStateId(header.save_id);
-    }
-    Tensor *rows_out, *kind_out;
+    // The chain moves on only when the whole checkpoint is written (Tfps>TableCommitSave).
+    Tensor *rows_out, *kind_out, *stamp_out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &rows_out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &kind_out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({}), &stamp_out));
     rows_out->scalar<int64_t>()() = rows;
     kind_out->scalar<int64_t>()() = header.kind;
+    stamp_out->scalar<int64_t>()() = stamp;
   }
 
  private:
@@ -234,8 +223,13 @@ class RowFilesCheckOp : public OpKernel {
     int64_t clock = 0;
     for (size_t i = 0; i < paths.size(); ++i) {
       RowFileHeader header;
-      OP_REQUIRES_OK(ctx, CheckRowFile(ctx->env(), paths[i], expected_rows[i], dim_, num_slots_,
-                                       optimizer_, &header));
+      const absl::Status read = CheckRowFile(ctx->env(), paths[i], expected_rows[i], dim_, num_slots_,
+                                             optimizer_, &header);
+      OP_REQUIRES(ctx, !absl::IsNotFound(read),
+                  absl::NotFoundError(absl::StrCat(read.message(), " (on ", ctx->device()->name(),
+                                                   "; every task must reach the checkpoint "
+                                                   "location: on several machines, shared storage)")));
+      OP_REQUIRES_OK(ctx, read);
       // Changes applied to another state than the one they follow would give a table that
       // never existed (a chain restored out of order, or changes without their whole save).
       OP_REQUIRES(ctx, header.kind != kShardChanges || header.base_id == 0 || header.base_id == state_id,
@@ -463,7 +457,58 @@ class TableRestoreOp : public OpKernel {
   bool continue_chain_ = true;
 };
 
+// Records a save whose every file and manifest are written as its chain's last save.
+class TableCommitSaveOp : public OpKernel {
+ public:
+  explicit TableCommitSaveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("chain", &chain_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    ::tensorflow::core::RefCountPtr<TableResource> resource;
+    OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
+    const Tensor *path, *save_id, *stamp;
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableCommitSave", 1, "path", &path));
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableCommitSave", 2, "save_id", &save_id));
+    OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableCommitSave", 3, "stamp", &stamp));
+    const uint64_t id = static_cast<uint64_t>(save_id->scalar<int64_t>()());
+    resource->table().RecordChainSave(ChainOf(chain_, path->scalar<::tensorflow::tstring>()()),
+                                      Table::ChainPoint{id, stamp->scalar<int64_t>()()});
+    resource->table().SetStateId(id);
+  }
+
+ private:
+  std::string chain_;
+};
+
+// Fails, naming the file and the task that wrote it, when a shard's file is not visible
+// here (the chief): tasks that see different storage at the checkpoint's path.
+class RowFilesVisibleOp : public OpKernel {
+ public:
+  explicit RowFilesVisibleOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& paths = ctx->input(0);
+    const Tensor& writers = ctx->input(1);
+    OP_REQUIRES(ctx, paths.dims() == 1 && writers.shape() == paths.shape(),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Tfps>RowFilesVisible: paths and writers must be vectors of one length, got ",
+                    paths.shape().DebugString(), " and ", writers.shape().DebugString())));
+    for (int64_t i = 0; i < paths.dim_size(0); ++i) {
+      const std::string path = paths.vec<::tensorflow::tstring>()(i);
+      OP_REQUIRES(ctx, ctx->env()->FileExists(path).ok(),
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "tfps checkpoint file '", path, "', which ", std::string(writers.vec<::tensorflow::tstring>()(i)),
+                      " wrote, is not visible on ", ctx->device()->name(), ": every task must "
+                      "reach the checkpoint location (on several machines, shared storage such as "
+                      "a network file system or a cloud bucket); the save is not recorded")));
+    }
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableSave").Device(::tensorflow::DEVICE_CPU), TableSaveOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableCommitSave").Device(::tensorflow::DEVICE_CPU), TableCommitSaveOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>RowFilesVisible").Device(::tensorflow::DEVICE_CPU), RowFilesVisibleOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>RowFilesCheck").Device(::tensorflow::DEVICE_CPU), RowFilesCheckOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableRestore").Device(::tensorflow::DEVICE_CPU), TableRestoreOp);
 

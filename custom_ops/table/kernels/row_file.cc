@@ -58,6 +58,12 @@ std::string TempPathOf(::tensorflow::Env* env, const std::string& path) {
 // Metadata columns per row: version 1 had no score column.
 uint64_t MetadataColumns(const RowFileHeader& h) { return h.version == 1 ? kScore : kNumMetadata; }
 
+std::string ChainOf(const std::string& chain, const std::string& path) {
+  if (!chain.empty()) return chain;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
+}
+
 uint64_t RowBytes(const RowFileHeader& h) {
   return sizeof(int64_t) * (1 + MetadataColumns(h)) + sizeof(float) * uint64_t{h.dim} * (1 + h.num_slots);
 }
@@ -79,6 +85,13 @@ absl::Status RowFileWriter::Create(::tensorflow::Env* env, const std::string& pa
                                    const RowFileHeader& header,
                                    std::unique_ptr<RowFileWriter>* out) {
   const std::string temp_path = TempPathOf(env, path);
+  // The checkpoint's directory, made on this task as TensorFlow's own savers make theirs:
+  // the chief made it where it sees it, which on several machines may be other storage.
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    const std::string directory = path.substr(0, slash);
+    if (!env->FileExists(directory).ok()) TF_RETURN_IF_ERROR(env->RecursivelyCreateDir(directory));
+  }
   std::unique_ptr<::tensorflow::WritableFile> file;
   TF_RETURN_IF_ERROR(env->NewWritableFile(temp_path, &file));
   out->reset(new RowFileWriter(env, path, temp_path, std::move(file), header));

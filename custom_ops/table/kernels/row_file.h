@@ -48,6 +48,11 @@ struct RowFileHeader {
   uint64_t base_id = 0;
 };
 
+// The chain a save to (or a restore from) `path` belongs to: `chain` when given, else the
+// file's directory, so the saves into one directory (a CheckpointManager's, a backup's)
+// form one chain and saves elsewhere never disturb it.
+std::string ChainOf(const std::string& chain, const std::string& path);
+
 // Bytes of one row in a chunk record: key and metadata, value and slots.
 uint64_t RowBytes(const RowFileHeader& header);
 

@@ -31,6 +31,7 @@ REGISTER_OP("Tfps>TableSave")
     .Input("save_id: int64")
     .Output("rows: int64")
     .Output("kind: int64")
+    .Output("stamp: int64")
     .Attr("changes_only: bool = false")
     .Attr("snapshot: bool = false")
     .Attr("chain: string = ''")
@@ -39,6 +40,7 @@ REGISTER_OP("Tfps>TableSave")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(ScalarResult(c, {0, 1, 2, 3, 4}, {}));
       c->set_output(1, c->Scalar());
+      c->set_output(2, c->Scalar());
       return absl::OkStatus();
     })
     .Doc(R"doc(
@@ -49,9 +51,42 @@ its chain (`chain`, by default the directory of `path`); every row when the tabl
 no such save or cannot tell all changes since (a clear or restore came after it). Saves
 of one chain never affect another's. With `snapshot`, a whole copy in no chain (a Keras
 archive). `save_id` (shared by the shards of one save; 0 for a snapshot) goes into the
-header, with, for changes, the id of the save they follow; the chain then continues
-from `save_id`. A failed save changes no chain.
-Returns the rows written and the file's kind (0: whole shard, 1: changes).
+header, with, for changes, the id of the save they follow. The chain continues from this
+save only once Tfps>TableCommitSave records it (after every file of the checkpoint is
+written), so a failed save changes no chain. Returns the rows written, the file's kind
+(0: whole shard, 1: changes) and the change clock's stamp the save read the table at.
+)doc");
+
+REGISTER_OP("Tfps>TableCommitSave")
+    .Input("table_handle: resource")
+    .Input("path: string")
+    .Input("save_id: int64")
+    .Input("stamp: int64")
+    .Attr("chain: string = ''")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      for (int i = 0; i < 4; ++i) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Records the save Tfps>TableSave wrote to `path` (its `save_id` and `stamp`) as the last save
+of its chain (`chain`, by default the directory of `path`): the chain's next save of
+changes holds what changed after it.
+)doc");
+
+REGISTER_OP("Tfps>RowFilesVisible")
+    .Input("paths: string")
+    .Input("writers: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
+      return c->WithRank(c->input(1), 1, &unused);
+    })
+    .Doc(R"doc(
+Fails with FailedPrecondition, naming the file and `writers[i]` (the task that wrote it),
+when a file of `paths` does not exist as seen from the task this op runs on.
 )doc");
 
 REGISTER_OP("Tfps>RowFilesCheck")

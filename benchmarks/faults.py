@@ -1,0 +1,224 @@
+"""Fault injection: the main job (examples/train_ctr.py) under tfps-launch, with one task
+killed per round at a random moment, as users run it.
+
+    python benchmarks/faults.py --rounds 20                 # random kinds
+    python benchmarks/faults.py --kinds ps,worker,chief,mid_backup,mid_restore,stopped_ps
+
+Kinds: ps, worker, chief (SIGKILL of that task while it trains); mid_backup (SIGKILL of the
+chief or a parameter server after a backup's files are written and before chain.json lists
+them); mid_restore (a parameter server killed, then, in the restarted cluster, the chief or a
+parameter server killed after the whole backup is restored and before its backups of
+changes); stopped_ps (SIGSTOP: a hung parameter server, which tfps-launch must find
+silent and kill). Each round must end with exit code 0 and the final eval printed; every
+restore must equal, row by row (keys, values, slots, metadata), the backup it came from,
+restored again here into a one-shard table; at most one backup interval (plus one block of
+steps) may be lost per restore; and no process of the launch may be left. Prints one JSON
+line per round and a markdown table; exits 1 if any round failed.
+"""
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "train_ctr.py")
+KINDS = ("ps", "worker", "chief", "mid_backup", "mid_restore", "stopped_ps")
+ROWS_PER_FILE, BATCH, EPOCHS, BACKUP_EVERY, STEPS_PER_EXECUTION = 12000, 512, 3, 20, 10
+STEPS_PER_EPOCH = 3 * ROWS_PER_FILE // BATCH  # 3 training files, the 4th evaluates
+
+
+def launch_processes(launch_id):
+    """{task name: pid} of the live processes of one launch (their TF_CONFIG and
+    TFPS_LAUNCH_ID in /proc), each task's first process."""
+    found = {}
+    for environ in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(environ, "rb") as f:
+                variables = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if variables.get(b"TFPS_LAUNCH_ID", b"").decode() != launch_id or b"TF_CONFIG" not in variables:
+            continue
+        task = json.loads(variables[b"TF_CONFIG"])["task"]
+        pid = int(environ.split("/")[2])
+        name = f"{task['type']}_{task['index']}"
+        found[name] = min(pid, found.get(name, pid))
+    return found
+
+
+def wait_for(condition, seconds, what, launcher):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if launcher.poll() is not None:
+            raise RuntimeError(f"the launch ended (code {launcher.returncode}) before {what}")
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def kill(launch_id, name, sig=signal.SIGKILL):
+    pid = launch_processes(launch_id)[name]
+    os.kill(pid, sig)
+    return f"{name} ({signal.Signals(sig).name})"
+
+
+def inject(kind, rng, launch_id, report, launcher):
+    """Waits for the moment of `kind`'s fault and causes it; returns what was done."""
+    progress = os.path.join(report, "progress-0")
+    # A random moment after the first backups: between 1.5 intervals and 2 epochs of steps.
+    moment = rng.randint(BACKUP_EVERY + BACKUP_EVERY // 2, 2 * STEPS_PER_EPOCH)
+    if kind in ("ps", "worker", "chief", "stopped_ps", "mid_restore"):
+        wait_for(lambda: (read_int(progress) or 0) >= moment, 600, f"step {moment}", launcher)
+        if kind == "stopped_ps":
+            return kill(launch_id, f"ps_{rng.randint(0, 1)}", signal.SIGSTOP)
+        name = {"ps": f"ps_{rng.randint(0, 1)}", "worker": f"worker_{rng.randint(0, 1)}",
+                "chief": "chief_0", "mid_restore": f"ps_{rng.randint(0, 1)}"}[kind]
+        done = kill(launch_id, name)
+        if kind != "mid_restore":
+            return done
+        wait_for(lambda: os.path.exists(os.path.join(report, "holding-restore")), 600,
+                 "the restarted cluster's restore", launcher)
+        return done + " then, mid-restore, " + kill(launch_id, rng.choice(["chief_0", "ps_0", "ps_1"]))
+    wait_for(lambda: os.path.exists(os.path.join(report, "holding-backup")), 600, "the 3rd backup", launcher)
+    return "mid-backup " + kill(launch_id, rng.choice(["chief_0", "ps_0", "ps_1"]))
+
+
+def compare_restores(report):
+    """Restores each copied backup chain into a one-shard table here and compares its rows
+    with those the cluster restored. Returns (rows compared, rows differing, restores)."""
+    import numpy as np
+    import tensorflow as tf
+    spec = importlib.util.spec_from_file_location("train_ctr", EXAMPLE)
+    train_ctr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_ctr)
+    compared = differing = restores = 0
+    for restored_path in sorted(glob.glob(os.path.join(report, "restored-*.npz"))):
+        restart = restored_path.rsplit("-", 1)[1].split(".")[0]
+        copy = os.path.join(report, f"restore-{restart}")
+        with open(os.path.join(copy, "chain.json")) as f:
+            chain = json.load(f)["chain"]
+        model = train_ctr.build_model(tf.distribute.get_strategy(), 16, 0.3)
+        checkpoint = tf.train.Checkpoint(model=model)
+        for name in chain:
+            checkpoint.read(os.path.join(copy, name)).expect_partial()
+        rows = model.get_layer("fields").table.export()
+        order = np.argsort(rows.keys.numpy())
+        mine = {name: getattr(rows, name).numpy()[order] for name in rows._fields}
+        theirs = np.load(restored_path)
+        restores += 1
+        compared += len(theirs["keys"])
+        if not np.array_equal(mine["keys"], theirs["keys"]):
+            differing += max(len(theirs["keys"]), len(mine["keys"]))
+            continue
+        same = np.ones(len(theirs["keys"]), bool)
+        for field in ("values", "slots", "metadata"):
+            same &= (mine[field] == theirs[field]).reshape(len(same), -1).all(axis=1)
+        differing += int((~same).sum())
+    return compared, differing, restores
+
+
+def steps_lost(report):
+    """Per restore: the steps the cluster before it had run minus those the restored backup
+    holds."""
+    lost = []
+    for copy in sorted(glob.glob(os.path.join(report, "restore-*"))):
+        restart = int(copy.rsplit("-", 1)[1])
+        with open(os.path.join(copy, "chain.json")) as f:
+            saved = json.load(f)["steps_done"]
+        ran = max(read_int(os.path.join(report, f"progress-{r}")) or 0 for r in range(restart))
+        lost.append(ran - saved)
+    return lost
+
+
+def run_round(kind, index, rng, work, data_dir):
+    launch_id = f"faults-{os.getpid()}-{index}"
+    out = os.path.join(work, f"round-{index}")
+    report = os.path.join(out, "report")
+    command = [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2",
+               "--max_restarts", "3", "--hang_timeout", "10", "--log_dir", os.path.join(out, "logs"),
+               EXAMPLE, "--data_dir", data_dir, "--rows_per_file", str(ROWS_PER_FILE),
+               "--batch_size", str(BATCH), "--epochs", str(EPOCHS), "--out_dir", os.path.join(out, "run"),
+               "--backup_every_steps", str(BACKUP_EVERY), "--fault_report", report]
+    if kind in ("mid_backup", "mid_restore"):
+        command += ["--fault_hold", kind[4:]]
+    env = dict(os.environ, TFPS_LAUNCH_ID=launch_id, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    os.makedirs(report, exist_ok=True)
+    start = time.monotonic()
+    log = open(os.path.join(out, "launcher.out"), "w")
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
+    result = {"kind": kind, "round": index}
+    try:
+        result["fault"] = inject(kind, rng, launch_id, report, launcher)
+        stdout, _ = launcher.communicate(timeout=900)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        launcher.kill()
+        stdout, _ = launcher.communicate()
+        result["error"] = str(e)
+    log.close()
+    result["seconds"] = round(time.monotonic() - start, 1)
+    result["rc"] = launcher.returncode
+    result["eval_printed"] = "eval over" in (stdout or "")
+    time.sleep(1)
+    result["left_behind"] = sorted(launch_processes(launch_id))
+    result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(report)
+    result["steps_lost"] = steps_lost(report)
+    result["ok"] = (result["rc"] == 0 and result["eval_printed"] and not result["left_behind"]
+                    and result["rows_differing"] == 0 and "error" not in result
+                    and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])
+                    and (result["restores"] > 0) == (kind != "worker"))
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help="comma-separated kinds; with --rounds beyond their number, drawn at random")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work_dir", default=None)
+    args = parser.parse_args(argv)
+    kinds = args.kinds.split(",")
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown kinds {sorted(unknown)}; the kinds are {', '.join(KINDS)}")
+    rng = random.Random(args.seed)
+    rounds = kinds[:args.rounds] + [rng.choice(kinds) for _ in range(args.rounds - len(kinds))]
+    work = args.work_dir or tempfile.mkdtemp(prefix="tfps-faults-")
+    data_dir = os.path.join(work, "data")
+    sys.path.insert(0, ROOT)
+    import tfps
+    tfps.data.write_criteo(data_dir, 4, ROWS_PER_FILE, seed=0)
+    results = []
+    for index, kind in enumerate(rounds):
+        results.append(run_round(kind, index, rng, work, data_dir))
+        print(json.dumps(results[-1]), flush=True)
+    print("\n| round | fault | outcome | rc | restores | steps lost | rows compared | rows differing | s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['round']} | {r.get('fault', r.get('error'))} | {'ok' if r['ok'] else 'FAILED'} | {r['rc']} | "
+              f"{r['restores']} | {r['steps_lost']} | {r['rows_compared']} | {r['rows_differing']} | {r['seconds']} |")
+    failed = [r for r in results if not r["ok"]]
+    print(f"\n{len(results) - len(failed)} of {len(results)} rounds ok; work in {work}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""What train_ctr.py records for the fault-injection suite (benchmarks/faults.py) with
+--fault_report DIR, and the holds that let the suite kill a task at a chosen point.
+
+Records, on the chief: after each block of steps, the steps done so far
+(DIR/progress-<cluster restart>); when fit starts after a restore, the table's rows as
+restored (DIR/restored-<restart>.npz) and a copy of the backups they came from
+(DIR/restore-<restart>/), which the suite restores again on its own and compares row by row.
+
+Holds (--fault_hold): "backup" pauses the 3rd backup of the first cluster after its files
+are written and before chain.json lists them; "restore" pauses a restarted cluster's
+restore after the whole backup is read and before the backups of changes. Each touches
+DIR/holding-<what> first, so the suite kills a task inside that window.
+"""
+
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from tfps import incremental_backup
+
+HOLD_SECONDS = 60
+
+
+def _restart():
+    return int(os.environ.get("TFPS_CLUSTER_RESTARTS", "0"))
+
+
+def _atomic_write(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _hold(directory, what):
+    _atomic_write(os.path.join(directory, f"holding-{what}"), str(os.getpid()))
+    time.sleep(HOLD_SECONDS)
+
+
+def install_holds(directory, what, backup_dir):
+    """Patches the backup's writes (or reads) to hold as the module docstring says."""
+    chief_dir = os.path.join(backup_dir, "chief")
+    state = incremental_backup._ChainTrainingState  # pylint: disable=protected-access
+    if what == "backup" and _restart() == 0:
+        original_back_up = state.back_up
+        backups = []
+
+        def back_up(self, *args, **kwargs):
+            writer = self._writer
+            original_write = writer.write
+
+            def write(prefix, changes_only=False):
+                result = original_write(prefix, changes_only=changes_only)
+                backups.append(prefix)
+                if len(backups) == 3:
+                    _hold(directory, "backup")
+                return result
+            writer.write = write
+            try:
+                return original_back_up(self, *args, **kwargs)
+            finally:
+                writer.write = original_write
+        state.back_up = back_up
+    if what == "restore" and _restart() >= 1:
+        original_read = tf.train.Checkpoint.read
+        reads = []
+
+        def read(self, save_path, *args, **kwargs):
+            result = original_read(self, save_path, *args, **kwargs)
+            if os.fspath(save_path).startswith(chief_dir):
+                reads.append(save_path)
+                if len(reads) == 1 and _restart() == 1:
+                    _hold(directory, "restore")
+            return result
+        tf.train.Checkpoint.read = read
+
+
+class FaultReport(keras.callbacks.Callback):
+    """Records progress and restores for benchmarks/faults.py (see the module docstring)."""
+
+    def __init__(self, directory, backup_dir, table_layer):
+        super().__init__()
+        self.directory, self.chief_dir = directory, os.path.join(backup_dir, "chief")
+        self.table_layer = table_layer
+        self._supports_tf_logs = True  # its batch hook runs under ParameterServerStrategy too
+        os.makedirs(directory, exist_ok=True)
+
+    def on_train_begin(self, logs=None):
+        chain_path = os.path.join(self.chief_dir, incremental_backup.CHAIN_FILE)
+        if not os.path.exists(chain_path):
+            return
+        with open(chain_path) as f:
+            chain = json.load(f)["chain"]
+        if not chain:
+            return
+        copy = os.path.join(self.directory, f"restore-{_restart()}")
+        os.makedirs(copy, exist_ok=True)
+        shutil.copy(chain_path, copy)
+        for name in chain:
+            for path in os.listdir(self.chief_dir):
+                if path.startswith(name + ".") or path.startswith(name + "-"):
+                    shutil.copy(os.path.join(self.chief_dir, path), copy)
+        rows = self.table_layer.table.export()
+        order = np.argsort(rows.keys.numpy())
+        np.savez(os.path.join(self.directory, f"restored-{_restart()}.npz"),
+                 **{name: getattr(rows, name).numpy()[order] for name in rows._fields})
+
+    def on_train_batch_end(self, batch, logs=None):
+        # The steps that have run (the model's step counter lives with the variables), not
+        # those scheduled: under ParameterServerStrategy fit schedules ahead of the workers.
+        done = int(self.model._train_counter.numpy())  # pylint: disable=protected-access
+        _atomic_write(os.path.join(self.directory, f"progress-{_restart()}"), str(done))
