@@ -80,7 +80,7 @@ CASES = [
                                   initializer_params=[nan, nan]),
     # checkpoint ops
     lambda: ops.tfps_table_save(table, "", 0, 1, 1),
-    lambda: ops.tfps_table_save(table, "/nonexistent_dir/x/y", 0, 1, 1),
+    lambda: ops.tfps_table_save(table, "/proc/tfps_no_such_dir/x/y", 0, 1, 1),  # cannot be made
     lambda: ops.tfps_table_save(table, tf.constant(["a", "b"]), 0, 1, 1),
     lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 3, 2, 1),
     lambda: ops.tfps_table_save(table, "/tmp/fuzz_rows", 0, 0, 1),

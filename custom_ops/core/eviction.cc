@@ -3,6 +3,7 @@
 // record of when the clock ran that maps a TTL in seconds onto steps.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <shared_mutex>
 
@@ -15,6 +16,9 @@ namespace {
 
 // Rows the cap samples for each victim (the lowest-ranked goes).
 constexpr int kCapCandidates = 8;
+// The sweep visits every row this many times per expiry horizon, so a row outlives its
+// expiry by at most 1/kSweepsPerHorizon of the horizon.
+constexpr double kSweepsPerHorizon = 16.0;
 // The clock record keeps this many samples, one per 1/kClockSamplesPerTtl of the TTL.
 constexpr size_t kClockSamples = 256;
 constexpr int64_t kClockSamplesPerTtl = 64;
@@ -85,6 +89,36 @@ int64_t Table::SweepStripe(Stripe& s, uint64_t budget, int64_t clock, int64_t tt
   }
   s.sweep_cursor = r;
   return removed;
+}
+
+uint64_t Table::SweepBudget(Stripe& s, int64_t keys, int64_t clock) const {
+  // The pace follows the clock (or for a TTL in seconds, the time), not the keys: new rows
+  // arrive where the sweep stands, so a pace of one row per key looked up only ever
+  // revisits the rows just inserted when most keys are new.
+  const EvictionConfig& e = config_.eviction;
+  double horizon;  // steps (or microseconds) after which an untouched row may go
+  int64_t now = clock;
+  if (e.kind == EvictionKind::kTtl && e.ttl_steps <= 0) {
+    horizon = e.ttl_seconds * 1e6;
+    now = NowMicros();
+  } else if (e.kind == EvictionKind::kTtl) {
+    horizon = static_cast<double>(e.ttl_steps);
+  } else if (e.decay < 1.0f && e.threshold > 0.0f && e.threshold < 1.0f) {
+    // A row seen once (score 1) falls under the threshold after this many steps.
+    horizon = std::log(static_cast<double>(e.threshold)) / std::log(static_cast<double>(e.decay));
+  } else {
+    // Scores that never decay, or rows that go at their first visit: the traffic's pace.
+    return static_cast<uint64_t>(std::max<int64_t>(0, keys));
+  }
+  if (s.swept_at >= 0 && now > s.swept_at) {
+    s.sweep_owed += static_cast<double>(s.rows_used) * static_cast<double>(now - s.swept_at) *
+                    kSweepsPerHorizon / std::max(1.0, horizon);
+  }
+  s.swept_at = std::max(s.swept_at, now);
+  const double owed = std::min(s.sweep_owed, static_cast<double>(s.rows_used));
+  const uint64_t paced = static_cast<uint64_t>(owed);
+  s.sweep_owed = owed - static_cast<double>(paced);
+  return std::max<uint64_t>(paced, static_cast<uint64_t>(std::max<int64_t>(0, keys)));
 }
 
 int64_t Table::TtlCutoff() const {

@@ -134,6 +134,10 @@ struct Stripe {
   size_t max_rows = 0;  // rows this stripe may hold (0: no cap)
   PendingCounts pending;
   uint64_t sweep_cursor = 0;  // the next row the eviction sweep looks at
+  // Where the sweep's pace stands: the clock (or for a TTL in seconds, the time) of its
+  // last run, and the rows it is owed but has not yet visited (a fraction of a row).
+  int64_t swept_at = -1;
+  double sweep_owed = 0.0;
   uint64_t sample_state;      // xorshift state for sampling eviction candidates
   // Changes for saves of changes: the change clock when each row and each 64 rows (the
   // newest of theirs, so a save of few changes skips the rest) last changed, and the keys
@@ -253,6 +257,8 @@ struct Stripe {
     slot_rows = nullptr;
     capacity = size = tombstones = rows_used = rows_backed = free_rows = free_cursor = 0;
     sweep_cursor = 0;
+    swept_at = -1;
+    sweep_owed = 0.0;
   }
 
   // Slot holding `key`, or -1.

@@ -451,7 +451,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
         Writer::Copy(row.value, dim, out);
         if (admitted != nullptr) admitted[i] = 1;
       });
-      if (sweeps) evicted_ += SweepStripe(s, static_cast<uint64_t>(batch.count), clock, ttl_cutoff);
+      if (sweeps) evicted_ += SweepStripe(s, SweepBudget(s, batch.count, clock), clock, ttl_cutoff);
       admitted_ += created;
       rejected_ += rejected;
     }, /*inserts=*/true);

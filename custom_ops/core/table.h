@@ -295,6 +295,10 @@ class Table {
   // Runs a row-removing sweep of up to `budget` rows of stripe `s` (held exclusively) from
   // its sweep cursor; returns the rows removed.
   int64_t SweepStripe(Stripe& s, uint64_t budget, int64_t clock, int64_t ttl_cutoff) const;
+  // The rows a training lookup of `keys` keys sweeps in stripe `s` (held exclusively) at
+  // `clock`: at least one per key, and enough that every row is visited
+  // kSweepsPerHorizon times per expiry horizon, however many of the keys are new.
+  uint64_t SweepBudget(Stripe& s, int64_t keys, int64_t clock) const;
   // The step before which a row is older than the TTL in seconds (-1: none is).
   int64_t TtlCutoff() const;
   // Makes room for one more row in stripe `s` (held exclusively) under the row cap,

@@ -1,0 +1,76 @@
+"""Streams of IDs as users bring them (all new, mostly new, mixed, all returning) through a
+table that evicts, beside a NumPy simulation of the policy applied exactly at every step.
+Shared by tests/test_eviction_streams.py and benchmarks/eviction_pace.py."""
+
+import numpy as np
+
+import tfps
+
+RETURNING = 5000  # the pool returning IDs are drawn from
+
+
+def stream(steps, keys_per_step, new_fraction, seed=0):
+    """Yields each step's keys: `new_fraction` of them never seen before, the rest drawn
+    from a pool of RETURNING IDs."""
+    rng = np.random.default_rng(seed)
+    fresh = 1 << 40
+    for _ in range(steps):
+        new = int(round(keys_per_step * new_fraction))
+        keys = np.concatenate([np.arange(fresh, fresh + new, dtype=np.int64),
+                               rng.integers(0, RETURNING, keys_per_step - new).astype(np.int64)])
+        fresh += new
+        yield keys
+
+
+class Simulation:
+    """The policy applied exactly: after each step, the rows it keeps. A step is a training
+    lookup at clock c (each occurrence counts; the row is seen at c), then an apply that
+    moves the clock to c + 1 and records c + 1 as the row's last step (a score decays up
+    to it first)."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.last, self.score = {}, {}
+        self.clock = 0
+
+    def step(self, keys):
+        unique, counts = np.unique(keys, return_counts=True)
+        decay = getattr(self.policy, "decay", 1.0)
+        threshold = getattr(self.policy, "threshold", 0.0)
+        for key, count in zip(unique.tolist(), counts.tolist()):
+            score = self.score.get(key, 0.0) * decay ** (self.clock - self.last.get(key, self.clock))
+            if score < threshold:  # it went when it fell under: it comes back anew
+                score = 0.0
+            self.score[key] = (score + count) * decay  # decayed on to the apply's step
+            self.last[key] = self.clock + 1
+        self.clock += 1
+
+    def kept(self, clock, margin=1.0):
+        """Keys the policy keeps at `clock`; with margin > 1, only those kept by that
+        factor (a score that far above the threshold, an age that far under the TTL),
+        clear of rounding."""
+        keys = np.fromiter(self.last, np.int64, len(self.last))
+        last = np.fromiter(self.last.values(), np.int64, len(self.last))
+        if isinstance(self.policy, tfps.eviction.TTL):
+            return keys[clock - last <= self.policy.steps / margin]
+        score = np.fromiter(self.score.values(), np.float64, len(self.score))
+        decayed = score * self.policy.decay ** np.maximum(0, clock - last)
+        return keys[decayed >= self.policy.threshold * margin]
+
+
+def run(policy, new_fraction, steps=400, keys_per_step=2000, seed=0, on_step=None):
+    """Trains a table (and the simulation) on the stream; returns (table, simulation, rows
+    after each step)."""
+    table = tfps.DynamicTable(2, optimizer="sgd", eviction=policy)
+    simulation = Simulation(policy)
+    rows = []
+    zeros = np.zeros((keys_per_step, 2), np.float32)
+    for keys in stream(steps, keys_per_step, new_fraction, seed):
+        unique = np.unique(keys)
+        table.find_or_insert(keys)
+        table.apply_gradients(unique, zeros[:len(unique)], step=-1)
+        simulation.step(keys)
+        rows.append(int(table.size()))
+        if on_step is not None:
+            on_step(table, simulation)
+    return table, simulation, rows

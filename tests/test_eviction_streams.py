@@ -1,0 +1,39 @@
+"""Continuous eviction keeps up with any mix of new and returning IDs: against a NumPy
+simulation of the policy applied exactly at every step, the table never evicts a row the
+policy keeps, and holds at most 10% more rows than the policy would."""
+
+import numpy as np
+import pytest
+
+import tfps
+from tests.eviction_streams import run
+
+POLICIES = {"ttl": lambda: tfps.eviction.TTL(steps=50),
+            # A row seen once lives log(0.05) / log(0.95) = 58 steps.
+            "decayed_frequency": lambda: tfps.eviction.DecayedFrequency(0.95, 0.05)}
+
+
+@pytest.mark.parametrize("new_fraction", [1.0, 0.99, 0.9, 0.5, 0.0])
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_rows_follow_the_policys_steady_state_for_any_share_of_new_ids(policy, new_fraction):
+    checked = []
+
+    def check(table, simulation):
+        if simulation.clock % 50 or simulation.clock < 100:
+            return
+        # The table last swept in this step's lookup, at the clock before its apply.
+        kept = simulation.kept(simulation.clock - 1)
+        # Every row the policy keeps (clear of rounding) is still there...
+        sure = simulation.kept(simulation.clock - 1, margin=1.01)
+        assert table.find(sure, return_exists=True)[1].numpy().all(), "a row the policy keeps was evicted"
+        # ...and the table holds at most 10% more rows than the policy would.
+        rows = int(table.size())
+        assert 0.99 * len(kept) <= rows <= 1.1 * len(kept) + 1, (simulation.clock, rows, len(kept))
+        checked.append((rows, len(kept)))
+
+    run(POLICIES[policy](), new_fraction, steps=400, keys_per_step=2000, on_step=check)
+    assert len(checked) == 7
+    if new_fraction == 1.0 and policy == "ttl":
+        # The keys of the sweeping step and of the TTL + 1 steps before it (a row seen at
+        # step s records s + 1 in its apply and expires when the clock passes s + 1 + TTL).
+        assert checked[-1][1] == 2000 * (50 + 2)
