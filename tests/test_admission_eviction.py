@@ -441,3 +441,17 @@ def test_a_checkpoint_restores_into_tables_of_other_admission_policies(tmp_path,
             assert stats["pending"] == 0 and stats["memory_bytes"] == plain_restored.stats()["memory_bytes"]
         elif saved_sketch_bytes == 0 or name == "sketch":
             assert stats["pending"] > 10_000, (name, stats)
+
+
+def test_apply_gradients_by_default_records_the_tables_clock_so_evict_keeps_fresh_rows():
+    table = tfps.DynamicTable(2, optimizer="sgd", eviction=tfps.eviction.TTL(steps=5))
+    old, fresh = np.arange(10, dtype=np.int64), np.arange(100, 110, dtype=np.int64)
+    table.find_or_insert(old)
+    table.apply_gradients(old, np.ones((10, 2), np.float32))
+    for _ in range(9):
+        table.apply_gradients(fresh, np.ones((10, 2), np.float32))  # no step given
+    rows = table.export()
+    last_step = dict(zip(rows.keys.numpy().tolist(), rows.metadata.numpy()[:, 1].tolist()))
+    assert [last_step[k] for k in (0, 100)] == [1, 10]  # the call that updated each last
+    assert int(table.evict()) == 10  # the old rows, 9 steps unseen; the fresh ones stay
+    assert table.find(fresh, return_exists=True)[1].numpy().all()

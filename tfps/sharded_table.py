@@ -171,7 +171,7 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def _shaped(self, rows, shape):
         return tf.reshape(rows, tf.concat([shape, [self._dim]], 0))
 
-    def apply_gradients(self, keys, gradients, step=0, learning_rate=None):
+    def apply_gradients(self, keys, gradients, step=-1, learning_rate=None):
         """Applies each shard's optimizer to its unique keys [n] with gradients [n, dim]
         (at `learning_rate`, None: the optimizer's own)."""
         return tf.group(self.per_shard(lambda t, k, g: t.apply_gradients(k, g, step, learning_rate),

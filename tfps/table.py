@@ -208,14 +208,15 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
                                                          dim=self._dim)
         return (values, admitted) if return_admitted else values
 
-    def apply_gradients(self, keys, gradients, step=0, learning_rate=None):
+    def apply_gradients(self, keys, gradients, step=-1, learning_rate=None):
         """Applies the optimizer to each key's row, atomically per row.
 
         Args:
           keys: [n] unique keys (a repeated key is updated once per occurrence).
           gradients: float32 [n, dim], already summed per key.
-          step: int64 scalar recorded as each key's last-seen step; a negative step
-            records the table's own count of apply calls instead.
+          step: int64 scalar recorded as each key's last-seen step; negative (the
+            default) records the table's clock, its own count of apply calls, as a
+            training lookup does.
           learning_rate: float scalar for this call (e.g. a schedule's value); None: the
             optimizer's learning rate the table was created with.
 
