@@ -31,7 +31,17 @@ class BuildTfOpLibrary(build_ext):
                        check=True)
 
 
+def runtime_requirements():
+    """The TensorFlow the library is built against, and the tf_keras and TensorBoard of its
+    minor version: the library refuses to load under any other TensorFlow, and tfps's
+    Keras layers are tf_keras layers (TableStats writes TensorBoard summaries)."""
+    import tensorflow as tf
+    minor = ".".join(tf.__version__.split(".")[:2])
+    return [f"tensorflow=={minor}.*", f"tf_keras=={minor}.*", f"tensorboard=={minor}.*", "numpy"]
+
+
 setup(
+    install_requires=runtime_requirements(),
     ext_modules=[
         Extension("tfps._tfps_ops", sources=build_config.CORE_SOURCES + build_config.OP_SOURCES)
     ],

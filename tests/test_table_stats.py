@@ -43,21 +43,26 @@ def _scalars(log_dir):
     return found
 
 
-def test_table_stats_callback_logs_rows_into_history_and_tensorboard(tmp_path):
-    pytest.importorskip("tensorboard")  # installed by scripts/install.sh
+@pytest.mark.parametrize("steps_per_execution,every,expected", [
+    (1, 5, {5: 50, 10: 100, 15: 150, 20: 200, 25: 250, 30: 300, 35: 350, 40: 400}),
+    # Blocks of 10 steps: a summary at each block end that reaches a multiple of 5 or 15.
+    (10, 5, {10: 100, 20: 200, 30: 300, 40: 400}),
+    (10, 15, {20: 200, 30: 300, 40: 400})])
+def test_table_stats_callback_logs_rows_into_history_and_tensorboard(tmp_path, steps_per_execution, every,
+                                                                     expected):
+    import tensorboard  # noqa: F401  (installed by scripts/install.sh; summaries need it)
     ids = keras.Input((), dtype=tf.int64)
     layer = tfps.keras_layers.DynamicEmbedding(4, name="users")
     model = keras.Model(ids, keras.layers.Dense(1)(layer(ids)))
-    model.compile("sgd", "mse")
-    x = np.arange(200, dtype=np.int64)  # 20 steps of 10 new IDs each
-    callback = tfps.callbacks.TableStats(log_dir=str(tmp_path), every_n_steps=5)
-    history = model.fit(x, np.zeros(200, np.float32), batch_size=10, shuffle=False, epochs=1,
-                        verbose=0, callbacks=[callback]).history
-    assert history["users/rows"] == [200]
-    assert history["users/memory_mib"][0] * (1 << 20) == layer.table.stats()["memory_bytes"]
-    scalars = _scalars(tmp_path)
-    rows = dict(scalars["users/rows"])
-    assert rows[5] == 50 and rows[10] == 100 and rows[15] == 150 and rows[20] == 200
+    model.compile("sgd", "mse", steps_per_execution=steps_per_execution)
+    x = np.arange(200, dtype=np.int64)  # 20 steps of 10 new IDs each, then the same again
+    callback = tfps.callbacks.TableStats(log_dir=str(tmp_path), every_n_steps=every)
+    history = model.fit(np.concatenate([x, x + 200]), np.zeros(400, np.float32), batch_size=10,
+                        shuffle=False, epochs=2, steps_per_epoch=20, verbose=0, callbacks=[callback]).history
+    assert history["users/rows"] == [200, 400]
+    assert history["users/memory_mib"][1] * (1 << 20) == layer.table.stats()["memory_bytes"]
+    rows = dict(_scalars(tmp_path)["users/rows"])
+    assert rows == expected
 
 
 def test_table_stats_arguments_are_checked():

@@ -18,7 +18,9 @@ class TableStats(keras.callbacks.Callback):
     eviction policy or a row cap also `{layer}/admitted`, `/pending`, `/rejected` and
     `/evicted` (see DynamicTable.stats), go into fit's logs, so History and other callbacks see them;
     with `log_dir` they are also written as TensorBoard scalars at the optimizer's step, and
-    with `every_n_steps` every that many steps as well. Each table's statistics are read
+    with `every_n_steps` every that many training steps as well (counted in steps, whatever
+    `steps_per_execution`: at the end of each block of steps that reaches a multiple of
+    N, since a block is where fit hands control back). Each table's statistics are read
     with one small op per shard, on its parameter server.
 
     Args:
@@ -45,6 +47,7 @@ class TableStats(keras.callbacks.Callback):
         self.every_n_steps = every_n_steps
         self._writer = None
         self._steps = 0
+        self._last_batch = -1
         self._supports_tf_logs = True  # its batch hook runs under ParameterServerStrategy too
 
     def _statistics(self):
@@ -71,9 +74,15 @@ class TableStats(keras.callbacks.Callback):
                 tf.summary.scalar(name, value, step=step)
         self._writer.flush()
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._last_batch = -1
+
     def on_train_batch_end(self, batch, logs=None):
-        self._steps += 1
-        if self.every_n_steps is not None and self._steps % self.every_n_steps == 0:
+        # Called once per block of steps_per_execution steps; `batch` is its last step.
+        before = self._steps
+        self._steps += batch - self._last_batch
+        self._last_batch = batch
+        if self.every_n_steps is not None and self._steps // self.every_n_steps > before // self.every_n_steps:
             self._summarize(self._statistics())
 
     def on_epoch_end(self, epoch, logs=None):

@@ -16,6 +16,8 @@ restart is logged.
 """
 
 import argparse
+import collections
+import concurrent.futures
 import ctypes
 import json
 import os
@@ -32,6 +34,12 @@ from tfps.distribute import free_ports
 from tfps.task_health import HangWatch
 
 STOP_GRACE_SECONDS = 10
+# The chief's output reaches the terminal this late, so that when a task is lost the
+# errors the chief prints about it (kept in its log) can be held back.
+STREAM_DELAY_SECONDS = 1.0
+# Output from this long before a loss was noticed counts as about the loss: the launcher
+# polls every 0.2 s, and the chief hears of a dead server within milliseconds.
+LOSS_MARGIN_SECONDS = 0.5
 
 
 def cluster_spec(num_workers, num_ps):
@@ -54,6 +62,7 @@ class Task:
         self.stream_to = stream_to
         self.process = None
         self.restarts = 0
+        self.quiet_after = None  # monotonic time after which streamed output is held back
 
     def start(self):
         log = open(self.log_path, "ab")
@@ -71,12 +80,39 @@ class Task:
             log.close()
 
     def _tee(self, log):
-        for line in iter(self.process.stdout.readline, b""):
+        """Every line to the log at once, and to the stream STREAM_DELAY_SECONDS later,
+        unless it came after quiet_after."""
+        held = collections.deque()
+
+        def release(until):
+            while held and held[0][0] <= until:
+                stamp, text = held.popleft()
+                if self.quiet_after is None or stamp < self.quiet_after:
+                    self.stream_to.write(text)
+                    self.stream_to.flush()
+        lines = iter(self.process.stdout.readline, b"")
+        reader = concurrent.futures.ThreadPoolExecutor(1)
+        pending = reader.submit(next, lines, b"")
+        while True:
+            try:
+                line = pending.result(timeout=STREAM_DELAY_SECONDS / 4)
+            except concurrent.futures.TimeoutError:
+                release(time.monotonic() - STREAM_DELAY_SECONDS)
+                continue
+            if not line:
+                break
             log.write(line)
             log.flush()
-            self.stream_to.write(line.decode(errors="replace"))
-            self.stream_to.flush()
+            held.append((time.monotonic(), line.decode(errors="replace")))
+            release(time.monotonic() - STREAM_DELAY_SECONDS)
+            pending = reader.submit(next, lines, b"")
+        release(float("inf"))
+        reader.shutdown()
         log.close()
+
+    def hold_output_after(self, moment):
+        """Output after `moment` (time.monotonic) stays in the log, off the stream."""
+        self.quiet_after = moment if self.quiet_after is None else min(self.quiet_after, moment)
 
     def poll(self):
         return self.process.poll() if self.process else None
@@ -218,7 +254,8 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
             if restart == max_restarts:
                 note(f"{lost}; no cluster restarts left (--max_restarts {max_restarts}), giving up")
                 return code if code else 1
-            note(f"{lost}; restarting the whole cluster (restart {restart + 1} of {max_restarts})")
+            note(f"{lost}; restarting the whole cluster (restart {restart + 1} of {max_restarts}); the "
+                 f"chief's errors about it are in {os.path.join(log_dir, 'chief_0.log')}")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -259,18 +296,27 @@ def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts,
             watch = HangWatch(others + [chief], addresses, hang_timeout)
         while not stopping.is_set():
             for task, silent in watch.hung() if watch else []:
+                chief.hold_output_after(time.monotonic())
                 note(f"{task.name} has not answered for {silent:.0f} s (hung or stopped); killing it")
                 task.kill()
                 watch.forget(task)
+            # Parameter servers first: a chief that failed because one died is a lost
+            # parameter server, and what it printed since is about that.
+            for task in others:
+                code = task.poll()
+                if task.task_type == "ps" and code is not None:
+                    chief.hold_output_after(time.monotonic() - LOSS_MARGIN_SECONDS)
+                    return None, f"{task.name} exited with code {code}"
             code = chief.poll()
             if code is not None:
-                return code, _lost_with_chief(code, others)
+                lost = _lost_with_chief(code, others)
+                if lost is not None:
+                    chief.hold_output_after(time.monotonic() - LOSS_MARGIN_SECONDS)
+                return code, lost
             for task in others:
                 code = task.poll()
                 if code is None:
                     continue
-                if task.task_type == "ps":
-                    return None, f"{task.name} exited with code {code}"
                 if task.task_type != "worker" or code == 0 or task.restarts >= max_worker_restarts:
                     continue
                 task.restarts += 1
