@@ -10,6 +10,7 @@ from tfps import arguments
 from tfps import checkpoint as checkpoint_lib
 from tfps import eviction as eviction_lib
 from tfps import initializers as initializers_lib
+from tfps import keras3_guard
 from tfps import keys as keys_lib
 from tfps import optimizer_bridge
 from tfps import optimizers as optimizers_lib
@@ -132,6 +133,10 @@ class DynamicEmbedding(keras.layers.Layer):
                                            trainable=True, experimental_autocast=False)
         optimizer_bridge.register_proxy(self.table_proxy, self)
         super().build(input_shape)
+
+    def __call__(self, inputs, *args, **kwargs):
+        keras3_guard.refuse_keras3(f"DynamicEmbedding '{self.name}'", tf.nest.flatten(inputs))
+        return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs, training=None, namespace=None):
         namespace = _checked_namespace(namespace)

@@ -6,6 +6,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from tfps import arguments
+from tfps import keras3_guard
 from tfps.incremental_backup import IncrementalBackup, ResumePoint
 
 __all__ = ["IncrementalBackup", "ResumePoint", "TableStats"]
@@ -49,6 +50,10 @@ class TableStats(keras.callbacks.Callback):
         self._steps = 0
         self._last_batch = -1
         self._supports_tf_logs = True  # its batch hook runs under ParameterServerStrategy too
+
+    def set_model(self, model):
+        keras3_guard.refuse_keras3("tfps.callbacks.TableStats", [model])
+        super().set_model(model)
 
     def _statistics(self):
         from tfps.keras_layers import DynamicEmbedding

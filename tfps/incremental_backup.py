@@ -25,6 +25,7 @@ from tf_keras.src.utils import mode_keys
 
 from tfps import arguments
 from tfps import checkpoint as checkpoint_lib
+from tfps import keras3_guard
 
 CHAIN_FILE = "chain.json"
 
@@ -95,6 +96,10 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
             return None
         return _resume_point(state["epoch"], state["batch"], state["steps_done"],
                              state.get("steps_per_epoch"))
+
+    def set_model(self, model):
+        keras3_guard.refuse_keras3("tfps.callbacks.IncrementalBackup", [model])
+        super().set_model(model)
 
     def on_train_begin(self, logs=None):
         if self.model.optimizer is not None and not getattr(self.model.optimizer, "_built", True):

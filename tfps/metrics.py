@@ -11,8 +11,18 @@ import tensorflow as tf
 import tf_keras as keras
 
 from tfps import arguments
+from tfps import keras3_guard
 
 _MAX_BUCKETS = 1 << 24
+
+
+class _Metric(keras.metrics.Metric):
+    """A tf_keras metric that a Keras 3 model, which would take it for a plain function and
+    average its per-batch results, is refused by (tfps.keras3_guard)."""
+
+    def __call__(self, *args, **kwargs):
+        keras3_guard.refuse_keras3_caller(f"tfps.metrics.{type(self).__name__}")
+        return super().__call__(*args, **kwargs)
 
 
 def _flatten_inputs(metric_name, y_true, y_pred, sample_weight):
@@ -108,7 +118,7 @@ def _buckets_per_octave(owner, num_buckets, octaves):
 
 
 @keras.utils.register_keras_serializable(package="tfps")
-class AUC(keras.metrics.Metric):
+class AUC(_Metric):
     """Area under the ROC or PR curve from fine prediction histograms.
 
     State: positive and negative weight per prediction bucket (a float64 [num_buckets, 2]
@@ -198,7 +208,7 @@ class AUC(keras.metrics.Metric):
 
 
 @keras.utils.register_keras_serializable(package="tfps")
-class BinaryLogLoss(keras.metrics.Metric):
+class BinaryLogLoss(_Metric):
     """Weighted mean binary cross-entropy of probabilities, clipped to [eps, 1 - eps]."""
 
     def __init__(self, epsilon=1e-7, name="log_loss", dtype=None, **kwargs):
@@ -230,7 +240,7 @@ class BinaryLogLoss(keras.metrics.Metric):
 
 
 @keras.utils.register_keras_serializable(package="tfps")
-class CalibrationRatio(keras.metrics.Metric):
+class CalibrationRatio(_Metric):
     """Mean prediction divided by the observed positive rate (1.0 is calibrated; 0 when
     there are no positives)."""
 
@@ -262,7 +272,7 @@ def _example_weights(sample_weight, y_pred):
 
 
 @keras.utils.register_keras_serializable(package="tfps")
-class GroupAUC(keras.metrics.Metric):
+class GroupAUC(_Metric):
     """Impression-weighted mean of per-group ROC AUCs (GAUC, e.g. per user), over 64-bit
     group keys, summed over all workers.
 
@@ -397,6 +407,10 @@ class FeedGroups(keras.layers.Layer):
             if not isinstance(metric, (GroupAUC, str)):
                 raise TypeError(f"tfps.metrics.FeedGroups feeds GroupAUC metrics (or their names), got {metric!r}")
         self.metric_names = tuple(m if isinstance(m, str) else m.name for m in metrics)
+
+    def __call__(self, inputs, *args, **kwargs):
+        keras3_guard.refuse_keras3(f"FeedGroups '{self.name}'", tf.nest.flatten(inputs))
+        return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs):
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
