@@ -111,6 +111,10 @@ class FaultReport(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         # The steps that have run (the model's step counter lives with the variables), not
-        # those scheduled: under ParameterServerStrategy fit schedules ahead of the workers.
+        # those scheduled: under ParameterServerStrategy fit schedules ahead of the workers,
+        # so the steps scheduled so far are waited for first.
+        coordinator = getattr(self.model, "_cluster_coordinator", None)
+        if coordinator is not None:
+            coordinator.join()
         done = int(self.model._train_counter.numpy())  # pylint: disable=protected-access
         _atomic_write(os.path.join(self.directory, f"progress-{_restart()}"), str(done))
