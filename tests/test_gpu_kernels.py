@@ -57,6 +57,10 @@ class _Nothing:
         return False
 
 
+# L1 as large as the gradients: FTRL's branch that sets coordinates exactly to 0.
+NAMED_OPTIMIZERS = {"ftrl_l1": lambda: tfps.optimizers.Ftrl(0.5, l1_regularization_strength=1.0)}
+
+
 def run_script(optimizer, key_dtype, emulated):
     """One graph of every table op; returns each step's fetched outputs and the rows."""
     rng = np.random.default_rng(7)
@@ -67,6 +71,7 @@ def run_script(optimizer, key_dtype, emulated):
         keys = keys | np.int64(-(1 << 63))  # keys with the top bit set
     as_keys = lambda k: tf.constant(k.view(np.uint64) if key_dtype == tf.uint64 else k)  # noqa: E731
     graph = tf.Graph()
+    optimizer = NAMED_OPTIMIZERS.get(optimizer, lambda: optimizer)()
     table = tables(graph, emulated, optimizer=optimizer, seed=11)
     results = {}
     with graph.as_default(), labelled(graph, emulated), tf.compat.v1.Session(graph=graph) as session:
@@ -109,7 +114,7 @@ def export_all(session, table, chunk):
 
 
 @pytest.mark.parametrize("key_dtype", [tf.int64, tf.uint64])
-@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl", "ftrl_l1"])
 def test_every_table_op_on_the_emulated_gpu_matches_the_cpu_table(emulated_kernels, optimizer, key_dtype):
     cpu = run_script(optimizer, key_dtype, emulated=False)
     gpu = run_script(optimizer, key_dtype, emulated=True)
@@ -126,6 +131,10 @@ def test_every_table_op_on_the_emulated_gpu_matches_the_cpu_table(emulated_kerne
     for name in ("removed", "size", "clock", "clock_after_set", "size_after_clear"):
         assert gpu[name] == cpu[name], name
     assert cpu["removed"] == 6 and cpu["clock_after_set"] == 101 and cpu["size_after_clear"] == 0
+    if optimizer == "ftrl_l1":
+        cpu_values, gpu_values = cpu["rows"][1], gpu["rows"][1]
+        np.testing.assert_array_equal(gpu_values == 0.0, cpu_values == 0.0)
+        assert (cpu_values == 0.0).mean() > 0.2
 
 
 def run_error(build_and_run):

@@ -21,6 +21,10 @@ TABLE_OPTIMIZERS = {
     "ftrl": (lambda: tfps.optimizers.Ftrl(0.2, l1_regularization_strength=0.001,
                                           l2_regularization_strength=0.01),
              dict(lr=0.2, l1=0.001, l2=0.01)),
+    # L1 as large as the gradients' sums: FTRL's branch that sets coordinates exactly to 0.
+    "ftrl_l1": (lambda: tfps.optimizers.Ftrl(0.2, l1_regularization_strength=0.05,
+                                             l2_regularization_strength=0.01),
+                dict(lr=0.2, l1=0.05, l2=0.01)),
 }
 KERAS_SGD = {"current": lambda: keras.optimizers.SGD(HEAD_LR),
              "legacy": lambda: keras.optimizers.legacy.SGD(HEAD_LR)}
@@ -44,7 +48,7 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=No
     slots and steps then hold just the admitted IDs)."""
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
-    row_optimizer = RowOptimizer(optimizer_name, DIM, hp.pop("lr"), **hp)
+    row_optimizer = RowOptimizer(optimizer_name.split("_")[0], DIM, hp.pop("lr"), **hp)
     fixed_lr = row_optimizer.lr
     rows = {int(k): initial_row(int(k), DIM, seed, "uniform", -0.05, 0.05).astype(np.float64)
             for k in VOCAB}
@@ -175,6 +179,21 @@ def test_each_table_optimizer_follows_its_oracle_inside_loops(optimizer_name, mo
     kernel0 = head.kernel.numpy()[:, 0].copy()
     train(mode, model, KERAS_SGD["current"](), ids, labels)
     check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "fit", "fit_spe10"])
+def test_ftrl_l1_sets_exactly_the_oracles_coordinates_to_zero(mode):
+    ids, labels = data()
+    model, layer, head = build_model("ftrl_l1")
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD["current"](), ids, labels)
+    check_against_oracle(layer, head, "ftrl_l1", ids, labels, kernel0)
+    rows = numpy_oracle("ftrl_l1", ids, labels, kernel0, 0.0, layer.seed)[0]
+    exported = layer.table.export()
+    values = exported.values.numpy()[np.argsort(exported.keys.numpy())]
+    expected = np.stack([rows[int(k)] for k in np.sort(VOCAB)])
+    np.testing.assert_array_equal(values == 0.0, expected == 0.0)
+    assert (values == 0.0).sum() >= 8  # of 36 coordinates
 
 
 # ExponentialDecay(0.3, 4, 0.5): the table's rate halves every 4 Keras optimizer steps.

@@ -77,6 +77,9 @@ OPTIMIZERS = [
      {"initial_accumulator_value": 0.2, "l1": 0.01, "l2": 0.02, "lr_power": -0.5}),
     ("ftrl", tfps.optimizers.Ftrl(0.4, learning_rate_power=-0.7, beta=0.3),
      {"lr_power": -0.7, "l2": 0.3 / (2 * 0.4)}),
+    # L1 as large as the gradients: many coordinates exactly 0 (FTRL's other branch).
+    ("ftrl", tfps.optimizers.Ftrl(0.4, l1_regularization_strength=1.0, l2_regularization_strength=0.02),
+     {"l1": 1.0, "l2": 0.02, "lr_power": -0.5}),
 ]
 
 
@@ -114,6 +117,10 @@ def test_optimizer_math_over_steps_with_repeated_keys(run, name, optimizer, hp):
         count, _, opt_step, _ = exported.metadata.numpy()[i]
         assert count == 0  # applies do not count occurrences; training lookups do
         assert opt_step == (steps[k] if name == "adam" else 0)
+    zeros = sum(int((value == 0.0).sum()) for value, _ in rows.values())
+    assert int((exported.values.numpy() == 0.0).sum()) == zeros
+    if hp.get("l1", 0.0) >= 1.0:
+        assert zeros >= len(rows) * dim // 4, zeros
 
 
 def test_adagrad_and_ftrl_match_tensorflows_own_sparse_apply():
