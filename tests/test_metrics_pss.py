@@ -7,13 +7,17 @@ from tests.auc_reference import exact_group_auc, exact_roc_auc, log_linear_bucke
 from tests.cluster_run import run_cluster_program
 
 
-@pytest.mark.parametrize("layout", ["whole", "partitioned"])
+@pytest.mark.parametrize("layout", ["whole", "partitioned", "exact"])
 def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
+    """exact: evaluate with pss_evaluation_shards (each record once), after a fit."""
     out = run_cluster_program("auc_evaluate.py", layout)
     assert out["auc_histogram_parts"] == (2 if layout == "partitioned" else 1)
     counts = np.array(out["record_counts"])
     # Every evaluated record was counted once in the shared state, whichever worker ran it.
-    assert counts.sum() == out["steps"] * out["batch"]
+    if layout == "exact":
+        np.testing.assert_array_equal(counts, np.ones_like(counts))
+    else:
+        assert counts.sum() == out["steps"] * out["batch"]
     ids = np.arange(len(counts))
     labels = (np.mod(ids * 7919, 13) < 4 + ids * 6 // len(counts)).astype(np.float64)
     scores = ((ids + 0.5) / len(counts)).astype(np.float32)

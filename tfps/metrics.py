@@ -9,6 +9,7 @@ import weakref
 
 import tensorflow as tf
 import tf_keras as keras
+from tf_keras.src.utils import tf_utils
 
 from tfps import arguments
 from tfps import keras3_guard
@@ -307,11 +308,19 @@ class GroupAUC(_Metric):
         super().__init__(name=name, dtype=dtype, **kwargs)
         self.buckets_per_octave = _buckets_per_octave("tfps.metrics.GroupAUC", num_buckets, octaves)
         self.num_buckets, self.octaves = int(num_buckets), int(octaves)
+        # Keras' exact evaluation (pss_evaluation_shards) clones each metric per data shard
+        # and merges the clones through `metric.weights`; a GroupAUC's state is a table, not
+        # weights, so its clone adds straight into the table of the metric it clones.
+        original = _live_group_aucs.get(name) if tf_utils.in_local_vars_context() else None
+        if original is not None and (original.num_buckets, original.octaves) == (self.num_buckets, self.octaves):
+            self.histograms = original.histograms
+            return
         from tfps.sharded_table import ShardedTable  # the op library is needed only here
         from tfps import initializers, optimizers
         with tf.init_scope():
             self.histograms = ShardedTable(2 * num_buckets, optimizer=optimizers.SGD(1.0),
                                            initializer=initializers.Zeros(), name=f"{name}_histograms")
+        _live_group_aucs[name] = self
 
     @property
     def _metric_name(self):
@@ -375,6 +384,9 @@ class GroupAUC(_Metric):
     def get_config(self):
         return {**super().get_config(), "num_buckets": self.num_buckets, "octaves": self.octaves}
 
+
+# The GroupAUCs made outside a metric-cloning scope, by name, for their clones (held weakly).
+_live_group_aucs = weakref.WeakValueDictionary()
 
 # The groups FeedGroups handed over, by metric name, per graph a step is traced into (held
 # weakly: they go with the step's function), and for eager steps. By name, not by object, so

@@ -32,6 +32,9 @@ class RecordCounts(keras.metrics.Metric):
     def result(self):
         return tf.reduce_sum(self.counts)
 
+    def reset_state(self):
+        self.counts.assign(tf.zeros([NUM_IDS], tf.float64))
+
 
 def label_of(ids):
     """A label that depends on the id (so AUC is neither 0.5 nor 1)."""
@@ -48,9 +51,17 @@ def dataset_fn(_):
     return ids.map(lambda i: (i, label_of(i))).batch(BATCH).repeat()
 
 
+def finite_dataset_fn(_):
+    """Every id once, the same on every worker: exact evaluation shards it by batch."""
+    ids = tf.data.Dataset.range(NUM_IDS)
+    return ids.map(lambda i: (i, label_of(i))).batch(BATCH)
+
+
 def main():
-    # "partitioned": the metric variables are split over 2 PS by a variable partitioner.
+    # "partitioned": the metric variables are split over 2 PS by a variable partitioner;
+    # "exact": evaluate with pss_evaluation_shards, every record once, after a fit.
     partitioned = "partitioned" in sys.argv[1:]
+    exact = "exact" in sys.argv[1:]
     partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(2) if partitioned else None
     with tfps.distribute.local_cluster(num_workers=2, num_ps=2 if partitioned else 1,
                                        variable_partitioner=partitioner) as strategy:
@@ -64,14 +75,24 @@ def main():
             counts = RecordCounts()
             auc = tfps.metrics.AUC(name="auc")
             model.compile(loss="binary_crossentropy",
-                          metrics=[auc, tfps.metrics.AUC(curve="PR", name="pr_auc"), counts, group_auc])
-        results = model.evaluate(keras.utils.experimental.DatasetCreator(dataset_fn), steps=STEPS,
-                                 return_dict=True, verbose=0)
+                          metrics=[auc, tfps.metrics.AUC(curve="PR", name="pr_auc"), counts, group_auc],
+                          pss_evaluation_shards=4 if exact else 0)
+        if exact:
+            # A fit first (the model has no weights to change), so evaluate follows a fit.
+            model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1, steps_per_epoch=2,
+                      verbose=0)
+            results = model.evaluate(keras.utils.experimental.DatasetCreator(finite_dataset_fn),
+                                     return_dict=True, verbose=0)
+        else:
+            results = model.evaluate(keras.utils.experimental.DatasetCreator(dataset_fn), steps=STEPS,
+                                     return_dict=True, verbose=0)
         record_counts = tf.concat([tf.convert_to_tensor(v) for v in
                                    getattr(counts.counts, "variables", [counts.counts])], 0).numpy().tolist()
         auc_parts = len(getattr(auc.histogram, "variables", [None]))
         group_shards = group_auc.histograms.num_shards
-    json.dump({"results": results, "record_counts": record_counts, "steps": STEPS, "batch": BATCH,
+    results = {name: float(value) for name, value in results.items()}
+    json.dump({"results": results, "record_counts": record_counts,
+               "steps": -(-NUM_IDS // BATCH) if exact else STEPS, "batch": BATCH,
                "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards},
               sys.stdout)
     sys.stdout.flush()
