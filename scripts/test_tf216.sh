@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the op library against TensorFlow 2.16.2 in its own virtual environment and runs
-# the table op, sparse-update (every execution mode) and checkpoint tests there.
+# there the tests of the table ops, sparse updates (every execution mode), checkpoints and
+# chains of saves, serving exports, .keras archives, metrics, admission and eviction, and
+# ParameterServerStrategy training and evaluation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/tf216_env.sh
@@ -8,4 +10,6 @@ tf216_build_copy pytest
 TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   tests/test_table_ops.py tests/test_table_errors.py tests/test_table_lifecycle.py \
   tests/test_sparse_updates.py tests/test_sparse_updates_keras.py tests/test_dynamic_embedding.py \
-  tests/test_checkpoint.py tests/test_incremental_backup.py
+  tests/test_checkpoint.py tests/test_incremental_backup.py tests/test_save_chains.py \
+  tests/test_export.py tests/test_keras_saving.py tests/test_metrics.py tests/test_metrics_pss.py \
+  tests/test_admission_eviction.py tests/test_eviction_streams.py tests/test_dynamic_embedding_pss.py
