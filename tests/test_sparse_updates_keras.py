@@ -225,3 +225,59 @@ def test_an_optimizer_that_cannot_carry_the_table_gradient_refuses_it():
     with pytest.raises(TypeError, match="GradientDescentOptimizer cannot apply the gradient of DynamicEmbedding"):
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
     np.testing.assert_array_equal(table_rows(layer), start_rows())
+
+
+def accumulate(model, accumulator_or_none, optimizer, x, y, k, compiled):
+    """Steps of k micro-batches each, their gradients summed (by the accumulator, or for a
+    stock model by adding the tensors) and applied once."""
+    variables = model.trainable_variables
+
+    def micro_gradients(xs, ys):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(tf.squeeze(model(xs, training=True), -1) - ys))
+        return tape.gradient(loss, variables)
+
+    def step(xs, ys):
+        if accumulator_or_none is None:
+            summed = None
+            for i in range(k):
+                grads = [tf.convert_to_tensor(g) for g in micro_gradients(xs[i], ys[i])]
+                summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
+            optimizer.apply_gradients(zip(summed, variables))
+            return
+        for i in range(k):
+            accumulator_or_none.add(micro_gradients(xs[i], ys[i]))
+        accumulator_or_none.apply_to(optimizer)
+    run = tf.function(step) if compiled else step
+    for s in range(len(x) // (k * BATCH)):
+        xs = x[s * k * BATCH:(s + 1) * k * BATCH].reshape(k, BATCH, FIELDS)
+        ys = y[s * k * BATCH:(s + 1) * k * BATCH].reshape(k, BATCH)
+        run(tf.constant(xs), tf.constant(ys))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(compiled):
+    x, y = batches()
+    stock, embedding = stock_model()
+    accumulate(stock, None, keras.optimizers.SGD(0.05), x, y, k=3, compiled=compiled)
+    ours, layer = tfps_model(tfps.optimizers.SGD(0.05))
+    accumulator = tfps.GradientAccumulator(ours.trainable_variables)
+    accumulate(ours, accumulator, keras.optimizers.SGD(0.05), x, y, k=3, compiled=compiled)
+    np.testing.assert_allclose(table_rows(layer), embedding.embeddings.numpy(), rtol=1e-5, atol=1e-6)
+    assert np.abs(table_rows(layer) - start_rows()).max() > 1e-2  # the rows really trained
+    assert max(layer.table.clocks().numpy()) == len(x) // (3 * BATCH)  # one table update per apply
+
+
+def test_summing_table_gradients_as_tensors_fails_and_the_readme_names_the_accumulator():
+    ours, layer = tfps_model(tfps.optimizers.SGD(0.05))
+    x, y = batches(steps=2)
+    with tf.GradientTape(persistent=True) as tape:
+        loss = tf.reduce_sum(ours(x[:BATCH], training=True))
+    gradient = tape.gradient(loss, layer.table_proxy)
+    with pytest.raises((tf.errors.InvalidArgumentError, TypeError)):
+        tf.add_n([gradient, gradient])
+    with pytest.raises(TypeError):
+        gradient + gradient  # noqa: B018  (IndexedSlices have no +)
+    import os
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
+    assert "tfps.GradientAccumulator" in readme

@@ -23,6 +23,7 @@ from tfps import metrics
 from tfps import optimizer_bridge
 from tfps import optimizers
 from tfps import stream
+from tfps.accumulation import GradientAccumulator
 from tfps.table import DynamicTable, TableRows
 
 checkpoint.install()
@@ -31,5 +32,5 @@ keras_saving.install()
 
 __version__ = "0.1.0"
 
-__all__ = ["DynamicTable", "TableRows", "admission", "callbacks", "checkpoint", "data", "distribute",
+__all__ = ["DynamicTable", "GradientAccumulator", "TableRows", "admission", "callbacks", "checkpoint", "data", "distribute",
            "eviction", "export", "initializers", "keras_layers", "metrics", "optimizers", "stream"]

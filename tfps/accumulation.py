@@ -1,0 +1,98 @@
+"""Gradient accumulation over micro-batches for models with dynamic tables.
+
+A table's gradient is IndexedSlices over 64-bit table keys carried by a zero-size proxy
+variable (tfps.optimizer_bridge), so it has no dense form: `tf.add_n` of two of them, `+`,
+and variable accumulators of the proxy's shape would all densify it, and fail. The
+accumulator here keeps a table's micro-batch gradients as slices (their keys and rows
+appended, which sums them, as the table sums a key's slices when it applies them) and
+every other variable's gradient densely, then applies the sums in one optimizer step:
+exactly what a stock Embedding gets from accumulating and applying its gradients.
+"""
+
+import tensorflow as tf
+
+from tfps import optimizer_bridge
+
+
+class GradientAccumulator:
+    """Sums gradients of `variables` over calls to `add`, applied by `apply_to`.
+
+    Works eagerly and inside `tf.function` (its sums live in variables).
+
+        accumulator = tfps.GradientAccumulator(model.trainable_variables)
+        for x, y in micro_batches:                       # k of them
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            accumulator.add(tape.gradient(loss, model.trainable_variables))
+        accumulator.apply_to(optimizer)                  # one step, the summed gradient
+
+    Args:
+      variables: the variables whose gradients `add` takes, in that order (table proxies
+        of DynamicEmbedding layers included).
+    """
+
+    def __init__(self, variables):
+        self.variables = list(variables)
+        self._sums = []
+        with tf.init_scope():
+            for variable in self.variables:
+                if optimizer_bridge.owner_of(variable) is not None:
+                    dim = int(variable.shape[-1])
+                    self._sums.append((
+                        tf.Variable(tf.zeros([0], tf.int64), shape=tf.TensorShape([None]), trainable=False),
+                        tf.Variable(tf.zeros([0, dim], variable.dtype), shape=tf.TensorShape([None, dim]),
+                                    trainable=False)))
+                else:
+                    self._sums.append(tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False))
+
+    def add(self, gradients):
+        """Adds one micro-batch's gradients (a list in the order of `variables`; None for a
+        variable the loss does not reach)."""
+        gradients = list(gradients)
+        if len(gradients) != len(self.variables):
+            raise ValueError(f"GradientAccumulator.add: got {len(gradients)} gradients for "
+                             f"{len(self.variables)} variables")
+        updates = []
+        for gradient, variable, total in zip(gradients, self.variables, self._sums):
+            if gradient is None:
+                continue
+            if isinstance(total, tuple):
+                if not isinstance(gradient, tf.IndexedSlices):
+                    raise TypeError(f"GradientAccumulator.add: the gradient of table proxy {variable.name} "
+                                    f"must be the IndexedSlices the tape gives, got {type(gradient).__name__}")
+                keys, rows = total
+                updates.append(keys.assign(tf.concat([keys, tf.cast(gradient.indices, tf.int64)], 0)))
+                updates.append(rows.assign(tf.concat([rows, tf.cast(gradient.values, rows.dtype)], 0)))
+            elif isinstance(gradient, tf.IndexedSlices):
+                updates.append(total.scatter_add(gradient))
+            else:
+                updates.append(total.assign_add(tf.cast(gradient, total.dtype)))
+        return tf.group(updates)
+
+    def gradients(self):
+        """The sums so far, in the order of `variables` (IndexedSlices for table proxies)."""
+        out = []
+        for variable, total in zip(self.variables, self._sums):
+            if isinstance(total, tuple):
+                keys, rows = total
+                out.append(tf.IndexedSlices(tf.identity(rows), tf.identity(keys),
+                                            tf.constant(variable.shape.as_list(), tf.int64)))
+            else:
+                out.append(tf.identity(total))
+        return out
+
+    def apply_to(self, optimizer):
+        """Applies the sums with `optimizer` in one step, then starts over."""
+        applied = optimizer.apply_gradients(zip(self.gradients(), self.variables))
+        with tf.control_dependencies([applied] if applied is not None else []):
+            return self.reset()
+
+    def reset(self):
+        resets = []
+        for total in self._sums:
+            if isinstance(total, tuple):
+                resets += [total[0].assign(tf.zeros([0], tf.int64)),
+                           total[1].assign(tf.zeros([0, total[1].shape[1]], total[1].dtype))]
+            else:
+                resets.append(total.assign(tf.zeros_like(total)))
+        return tf.group(resets)
