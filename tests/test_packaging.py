@@ -66,7 +66,7 @@ def test_a_wheel_and_an_sdist_install_with_plain_pip_and_run_outside_the_checkou
     pip = [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q"]
     run(pip + [wheel], cwd=str(tmp_path))  # its dependencies, tf_keras included, come with it
     requires = run([os.path.join(venv, "bin", "python"), "-m", "pip", "show", "tfps"], cwd=str(tmp_path))
-    assert "tf_keras" in requires and "tensorflow" in requires
+    assert "tf-keras" in requires and "tensorboard" in requires and "tensorflow" in requires
     check_installed(venv, str(tmp_path))
     # The sdist builds against the TensorFlow the wheel brought.
     run(pip + ["--no-build-isolation", "--no-deps", "--force-reinstall", sdist], cwd=str(tmp_path))

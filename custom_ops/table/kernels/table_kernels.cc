@@ -133,7 +133,9 @@ class TableCreateOp : public OpKernel {
                             [this](TableResource** out) {
                               TF_RETURN_IF_ERROR(CheckSketchFitsMemory(config_, shared_name_));
                               try {
-                                *out = new TableResource(config_, shared_name_);
+                                auto table = std::make_unique<Table>(config_);
+                                std::string name = shared_name_;
+                                *out = new TableResource(std::move(table), std::move(name));
                               } catch (const std::bad_alloc&) {
                                 const int64_t sketch = SketchBytes(config_);
                                 return OutOfMemory(

@@ -15,7 +15,7 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 
 std::string TableResource::DebugString() const {
-  return absl::StrCat("tfps dynamic table (dim ", table_.dim(), ", ", table_.Size(), " keys)");
+  return absl::StrCat("tfps dynamic table (dim ", table_->dim(), ", ", table_->Size(), " keys)");
 }
 
 absl::Status OutOfMemory(const std::string& op, const std::string& table, int64_t bytes,

@@ -2,6 +2,7 @@
 #ifndef TFPS_TABLE_KERNELS_TABLE_RESOURCE_H_
 #define TFPS_TABLE_KERNELS_TABLE_RESOURCE_H_
 
+#include <memory>
 #include <new>
 #include <string>
 #include <utility>
@@ -16,18 +17,20 @@ namespace tfps {
 
 class TableResource : public ::tensorflow::ResourceBase {
  public:
-  TableResource(const TableConfig& config, std::string name)
-      : table_(config), name_(std::move(name)) {}
+  // The table is made first: a resource whose construction throws would be destroyed
+  // still referenced, which some TensorFlow releases check fatally.
+  TableResource(std::unique_ptr<Table> table, std::string name) noexcept
+      : table_(std::move(table)), name_(std::move(name)) {}
 
   std::string DebugString() const override;
-  int64_t MemoryUsed() const override { return table_.MemoryBytes(); }
+  int64_t MemoryUsed() const override { return table_->MemoryBytes(); }
 
-  Table& table() { return table_; }
+  Table& table() { return *table_; }
   // The table's shared name, for error messages.
   const std::string& name() const { return name_; }
 
  private:
-  Table table_;
+  std::unique_ptr<Table> table_;
   const std::string name_;
 };
 
