@@ -2,9 +2,10 @@
 evicts.
 
 `TTL` and `DecayedFrequency` remove rows on the parameter server by themselves: every
-training lookup sweeps on a few rows per key it looks up (a little work per call, never
-a pass over the whole table at once), so the table is visited at a pace that follows the
-traffic, and `table.evict()` sweeps all of it now. A row cap (`max_rows` of the layer or
+training lookup sweeps on from where the last stopped, visiting every row 16 times per
+expiry horizon (the TTL, or the steps a row seen once takes to decay under the threshold)
+and at least a row per key it looks up, so rows go soon after they expire whatever the
+share of new IDs, and `table.evict()` sweeps all of it now. A row cap (`max_rows` of the layer or
 table) evicts, before each insert into a full part of the table, the lowest-ranked of a
 few sampled rows: least recently seen (`LRU`, and under `TTL`), least often seen (`LFU`),
 or lowest score (`DecayedFrequency`). Evicted rows' memory holds the next new rows, so a

@@ -10,9 +10,10 @@
 // Eviction removes rows: TTL those not seen for more than ttl_steps of the table's clock
 // (or ttl_seconds of wall time, mapped onto the clock by the table's record of when each
 // step ran); DecayedFrequency those whose score (occurrences, decayed by `decay` per step
-// of the clock since the row was last seen) is under `threshold`. A sweep of a few rows
-// per key looked up runs inside every training lookup, so the whole table is visited at a
-// pace that follows the traffic; Table::Evict sweeps it all at once. A cap (max_rows)
+// of the clock since the row was last seen) is under `threshold`. A sweep runs inside every
+// training lookup, visiting every row 16 times per expiry horizon (and at least a row per
+// key looked up), so rows go soon after they expire whatever the share of new keys;
+// Table::Evict sweeps it all at once. A cap (max_rows)
 // bounds the rows: an insert into a full stripe first evicts the lowest of a few sampled
 // rows, ranked by the policy (LRU: last seen; LFU: occurrence count; DecayedFrequency:
 // score; TTL ranks as LRU).

@@ -18,7 +18,8 @@
 // call that runs out of memory throws AllocationFailure with the table unchanged.
 //
 // Admission and eviction (policies.h) live in the stripes too: the counts of keys not yet
-// admitted, and a sweep cursor that every training lookup advances a few rows per key.
+// admitted, and a sweep cursor that every training lookup advances at a pace set by the
+// clock (EvictionConfig's horizon) and at least a row per key.
 #ifndef TFPS_CORE_TABLE_H_
 #define TFPS_CORE_TABLE_H_
 
