@@ -1,5 +1,7 @@
 """Whether the tasks of a launched cluster still answer: tfps-launch's check for a task that
-is alive but hung (stopped by SIGSTOP, frozen by its host, deadlocked).
+is alive but hung (stopped by SIGSTOP, frozen by its host). A task whose server answers
+while its training threads are deadlocked is not seen as hung: the check sees servers and
+process states, not progress.
 
 A task's TensorFlow server answers a GetStatus call on its own gRPC threads even while its
 training threads are busy, so a call that goes unanswered for long means the process no
