@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,10 +61,22 @@ def wait_for(condition, seconds, what, launcher):
         value = condition()
         if value:
             return value
-        if launcher.poll() is not None:
-            raise RuntimeError(f"the launch ended (code {launcher.returncode}) before {what}")
-        time.sleep(0.2)
+        try:  # the launcher's exit ends the wait at once; else look again in 0.2 s
+            launcher.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            continue
+        raise RuntimeError(f"the launch ended (code {launcher.returncode}) before {what}")
     raise RuntimeError(f"timed out waiting for {what}")
+
+
+def processes_gone(launch_id, seconds=10.0):
+    """The tasks of the launch still alive once they have had `seconds` to exit."""
+    deadline = time.monotonic() + seconds
+    left = launch_processes(launch_id)
+    while left and time.monotonic() < deadline:
+        threading.Event().wait(0.1)
+        left = launch_processes(launch_id)
+    return left
 
 
 def read_int(path):
@@ -176,8 +189,7 @@ def run_round(kind, index, rng, work, data_dir):
     result["seconds"] = round(time.monotonic() - start, 1)
     result["rc"] = launcher.returncode
     result["eval_printed"] = "eval over" in (stdout or "")
-    time.sleep(1)
-    result["left_behind"] = sorted(launch_processes(launch_id))
+    result["left_behind"] = sorted(processes_gone(launch_id))
     result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(report)
     result["steps_lost"] = steps_lost(report)
     result["ok"] = (result["rc"] == 0 and result["eval_printed"] and not result["left_behind"]

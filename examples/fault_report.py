@@ -15,6 +15,7 @@ DIR/holding-<what> first, so the suite kills a task inside that window.
 import json
 import os
 import shutil
+import threading
 import time
 
 import numpy as np
@@ -37,8 +38,13 @@ def _atomic_write(path, text):
 
 
 def _hold(directory, what):
+    """Announces the hold, then waits until the suite releases it (a file release-<what>),
+    kills this task, or HOLD_SECONDS pass."""
     _atomic_write(os.path.join(directory, f"holding-{what}"), str(os.getpid()))
-    time.sleep(HOLD_SECONDS)
+    release = os.path.join(directory, f"release-{what}")
+    deadline = time.monotonic() + HOLD_SECONDS
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        threading.Event().wait(0.1)
 
 
 def install_holds(directory, what, backup_dir):
