@@ -1,15 +1,17 @@
-"""Fault injection: the main job (examples/train_ctr.py) under tfps-launch, with one task
-killed per round at a random moment, as users run it.
+"""Fault injection: the main job (examples/train_ctr.py) and the streaming example
+(examples/stream_ctr.py) under tfps-launch, with one task killed per round at a random
+moment, as users run them.
 
-    python benchmarks/faults.py --rounds 20                 # random kinds
-    python benchmarks/faults.py --kinds ps,worker,chief,mid_backup,mid_restore,stopped_ps
+    python benchmarks/faults.py --rounds 20                 # random kinds, jobs alternating
+    python benchmarks/faults.py --kinds ps,worker,chief,mid_backup,mid_restore,stopped_ps --jobs stream
 
 Kinds: ps, worker, chief (SIGKILL of that task while it trains); mid_backup (SIGKILL of the
 chief or a parameter server after a backup's files are written and before chain.json lists
 them); mid_restore (a parameter server killed, then, in the restarted cluster, the chief or a
 parameter server killed after the whole backup is restored and before its backups of
 changes); stopped_ps (SIGSTOP: a hung parameter server, which tfps-launch must find
-silent and kill). Each round must end with exit code 0 and the final eval printed; every
+silent and kill). Each round must end with exit code 0 and the job's last line printed
+(train_ctr's final eval, stream_ctr's end of stream); every
 restore must equal, row by row (keys, values, slots, metadata), the backup it came from,
 restored again here into a one-shard table; at most one backup interval (plus one block of
 steps) may be lost per restore; and no process of the launch may be left. Prints one JSON
@@ -30,10 +32,45 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLE = os.path.join(ROOT, "examples", "train_ctr.py")
 KINDS = ("ps", "worker", "chief", "mid_backup", "mid_restore", "stopped_ps")
-ROWS_PER_FILE, BATCH, EPOCHS, BACKUP_EVERY, STEPS_PER_EXECUTION = 12000, 512, 3, 20, 10
-STEPS_PER_EPOCH = 3 * ROWS_PER_FILE // BATCH  # 3 training files, the 4th evaluates
+ROWS_PER_FILE, BATCH, BACKUP_EVERY, STEPS_PER_EXECUTION = 12000, 512, 20, 10
+
+
+class Job:
+    """One program the suite runs: its arguments, its epochs (stream_ctr's chunks) and the
+    line that says it finished."""
+
+    def __init__(self, name, arguments, epochs, steps_per_epoch, table_layer, finished):
+        self.name, self.arguments, self.table_layer, self.finished = name, arguments, table_layer, finished
+        self.epochs, self.steps_per_epoch = epochs, steps_per_epoch
+        self.path = os.path.join(ROOT, "examples", f"{name}.py")
+
+    def module(self):
+        spec = importlib.util.spec_from_file_location(self.name, self.path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    def build_model(self):
+        """The job's model, made here as its chief makes it."""
+        import tensorflow as tf
+        module = self.module()
+        if self.name == "train_ctr":
+            return module.build_model(tf.distribute.get_strategy(), 16, 0.3)
+        import tfps
+        return module.build_model(tf.distribute.get_strategy(), tfps.stream.DriftingStream(),
+                                  module.parse_arguments(self.arguments))
+
+
+STREAM_CHUNK_STEPS = 40
+JOBS = {
+    # 3 training files, the 4th evaluates.
+    "train": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "3"], 3,
+                 3 * ROWS_PER_FILE // BATCH, "fields", "eval over"),
+    "stream": Job("stream_ctr", ["--examples", str(6 * STREAM_CHUNK_STEPS * BATCH),
+                                 "--chunk", str(STREAM_CHUNK_STEPS * BATCH), "--eval_examples", str(10 * BATCH)],
+                  6, STREAM_CHUNK_STEPS, "ids_table", "stream done"),
+}
 
 
 def launch_processes(launch_id):
@@ -93,11 +130,11 @@ def kill(launch_id, name, sig=signal.SIGKILL):
     return f"{name} ({signal.Signals(sig).name})"
 
 
-def inject(kind, rng, launch_id, report, launcher):
+def inject(kind, job, rng, launch_id, report, launcher):
     """Waits for the moment of `kind`'s fault and causes it; returns what was done."""
     progress = os.path.join(report, "progress-0")
-    # A random moment after the first backups: between 1.5 intervals and 2 epochs of steps.
-    moment = rng.randint(BACKUP_EVERY + BACKUP_EVERY // 2, 2 * STEPS_PER_EPOCH)
+    # A random moment after the first backups: between 1.5 intervals and 2/3 of the steps.
+    moment = rng.randint(BACKUP_EVERY + BACKUP_EVERY // 2, 2 * job.epochs * job.steps_per_epoch // 3)
     if kind in ("ps", "worker", "chief", "stopped_ps", "mid_restore"):
         wait_for(lambda: (read_int(progress) or 0) >= moment, 600, f"step {moment}", launcher)
         if kind == "stopped_ps":
@@ -114,25 +151,22 @@ def inject(kind, rng, launch_id, report, launcher):
     return "mid-backup " + kill(launch_id, rng.choice(["chief_0", "ps_0", "ps_1"]))
 
 
-def compare_restores(report):
+def compare_restores(job, report):
     """Restores each copied backup chain into a one-shard table here and compares its rows
     with those the cluster restored. Returns (rows compared, rows differing, restores)."""
     import numpy as np
     import tensorflow as tf
-    spec = importlib.util.spec_from_file_location("train_ctr", EXAMPLE)
-    train_ctr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_ctr)
     compared = differing = restores = 0
     for restored_path in sorted(glob.glob(os.path.join(report, "restored-*.npz"))):
         restart = restored_path.rsplit("-", 1)[1].split(".")[0]
         copy = os.path.join(report, f"restore-{restart}")
         with open(os.path.join(copy, "chain.json")) as f:
             chain = json.load(f)["chain"]
-        model = train_ctr.build_model(tf.distribute.get_strategy(), 16, 0.3)
+        model = job.build_model()
         checkpoint = tf.train.Checkpoint(model=model)
         for name in chain:
             checkpoint.read(os.path.join(copy, name)).expect_partial()
-        rows = model.get_layer("fields").table.export()
+        rows = model.get_layer(job.table_layer).table.export()
         order = np.argsort(rows.keys.numpy())
         mine = {name: getattr(rows, name).numpy()[order] for name in rows._fields}
         theirs = np.load(restored_path)
@@ -148,28 +182,31 @@ def compare_restores(report):
     return compared, differing, restores
 
 
-def steps_lost(report):
+def steps_lost(job, report):
     """Per restore: the steps the cluster before it had run minus those the restored backup
-    holds."""
+    holds (as positions: epoch x steps per epoch + steps of the epoch)."""
     lost = []
     for copy in sorted(glob.glob(os.path.join(report, "restore-*"))):
         restart = int(copy.rsplit("-", 1)[1])
         with open(os.path.join(copy, "chain.json")) as f:
-            saved = json.load(f)["steps_done"]
+            state = json.load(f)
+        batch = job.steps_per_epoch - 1 if state["batch"] < 0 else state["batch"]  # -1: the epoch's end
+        saved = state["epoch"] * job.steps_per_epoch + batch + 1
         ran = max(read_int(os.path.join(report, f"progress-{r}")) or 0 for r in range(restart))
         lost.append(ran - saved)
     return lost
 
 
-def run_round(kind, index, rng, work, data_dir):
+def run_round(kind, job, index, rng, work, data_dir):
     launch_id = f"faults-{os.getpid()}-{index}"
     out = os.path.join(work, f"round-{index}")
     report = os.path.join(out, "report")
     command = [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2",
                "--max_restarts", "3", "--hang_timeout", "10", "--log_dir", os.path.join(out, "logs"),
-               EXAMPLE, "--data_dir", data_dir, "--rows_per_file", str(ROWS_PER_FILE),
-               "--batch_size", str(BATCH), "--epochs", str(EPOCHS), "--out_dir", os.path.join(out, "run"),
+               job.path, *job.arguments, "--batch_size", str(BATCH), "--out_dir", os.path.join(out, "run"),
                "--backup_every_steps", str(BACKUP_EVERY), "--fault_report", report]
+    if job.name == "train_ctr":
+        command += ["--data_dir", data_dir]
     if kind in ("mid_backup", "mid_restore"):
         command += ["--fault_hold", kind[4:]]
     env = dict(os.environ, TFPS_LAUNCH_ID=launch_id, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
@@ -177,9 +214,9 @@ def run_round(kind, index, rng, work, data_dir):
     start = time.monotonic()
     log = open(os.path.join(out, "launcher.out"), "w")
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
-    result = {"kind": kind, "round": index}
+    result = {"job": job.name, "kind": kind, "round": index}
     try:
-        result["fault"] = inject(kind, rng, launch_id, report, launcher)
+        result["fault"] = inject(kind, job, rng, launch_id, report, launcher)
         stdout, _ = launcher.communicate(timeout=900)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         launcher.kill()
@@ -188,11 +225,11 @@ def run_round(kind, index, rng, work, data_dir):
     log.close()
     result["seconds"] = round(time.monotonic() - start, 1)
     result["rc"] = launcher.returncode
-    result["eval_printed"] = "eval over" in (stdout or "")
+    result["finished"] = job.finished in (stdout or "")
     result["left_behind"] = sorted(processes_gone(launch_id))
-    result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(report)
-    result["steps_lost"] = steps_lost(report)
-    result["ok"] = (result["rc"] == 0 and result["eval_printed"] and not result["left_behind"]
+    result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(job, report)
+    result["steps_lost"] = steps_lost(job, report)
+    result["ok"] = (result["rc"] == 0 and result["finished"] and not result["left_behind"]
                     and result["rows_differing"] == 0 and "error" not in result
                     and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])
                     and (result["restores"] > 0) == (kind != "worker"))
@@ -204,6 +241,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="comma-separated kinds; with --rounds beyond their number, drawn at random")
+    parser.add_argument("--jobs", default="train,stream",
+                        help="comma-separated jobs (train: train_ctr.py, stream: stream_ctr.py), taken in turn")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work_dir", default=None)
     args = parser.parse_args(argv)
@@ -211,6 +250,9 @@ def main(argv=None):
     unknown = set(kinds) - set(KINDS)
     if unknown:
         parser.error(f"unknown kinds {sorted(unknown)}; the kinds are {', '.join(KINDS)}")
+    jobs = args.jobs.split(",")
+    if set(jobs) - set(JOBS) or not jobs:
+        parser.error(f"unknown jobs {sorted(set(jobs) - set(JOBS))}; the jobs are {', '.join(JOBS)}")
     rng = random.Random(args.seed)
     rounds = kinds[:args.rounds] + [rng.choice(kinds) for _ in range(args.rounds - len(kinds))]
     work = args.work_dir or tempfile.mkdtemp(prefix="tfps-faults-")
@@ -220,12 +262,12 @@ def main(argv=None):
     tfps.data.write_criteo(data_dir, 4, ROWS_PER_FILE, seed=0)
     results = []
     for index, kind in enumerate(rounds):
-        results.append(run_round(kind, index, rng, work, data_dir))
+        results.append(run_round(kind, JOBS[jobs[index % len(jobs)]], index, rng, work, data_dir))
         print(json.dumps(results[-1]), flush=True)
-    print("\n| round | fault | outcome | rc | restores | steps lost | rows compared | rows differing | s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| round | job | fault | outcome | rc | restores | steps lost | rows compared | rows differing | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['round']} | {r.get('fault', r.get('error'))} | {'ok' if r['ok'] else 'FAILED'} | {r['rc']} | "
+        print(f"| {r['round']} | {r['job']} | {r.get('fault', r.get('error'))} | {'ok' if r['ok'] else 'FAILED'} | {r['rc']} | "
               f"{r['restores']} | {r['steps_lost']} | {r['rows_compared']} | {r['rows_differing']} | {r['seconds']} |")
     failed = [r for r in results if not r["ok"]]
     print(f"\n{len(results) - len(failed)} of {len(results)} rounds ok; work in {work}")

@@ -1,10 +1,13 @@
-"""What train_ctr.py records for the fault-injection suite (benchmarks/faults.py) with
---fault_report DIR, and the holds that let the suite kill a task at a chosen point.
+"""What train_ctr.py and stream_ctr.py record for the fault-injection suite
+(benchmarks/faults.py) with --fault_report DIR, and the holds that let the suite kill a task
+at a chosen point.
 
-Records, on the chief: after each block of steps, the steps done so far
-(DIR/progress-<cluster restart>); when fit starts after a restore, the table's rows as
-restored (DIR/restored-<restart>.npz) and a copy of the backups they came from
-(DIR/restore-<restart>/), which the suite restores again on its own and compares row by row.
+Records, on the chief: after each block of steps, the position reached (epoch x steps per
+epoch + steps of this epoch: the steps run, counted as a resumed run counts them) in
+DIR/progress-<cluster restart>; when the process's first fit starts after a restore, the
+table's rows as restored (DIR/restored-<restart>.npz) and a copy of the backups they came
+from (DIR/restore-<restart>/), which the suite restores again on its own and compares row by
+row.
 
 Holds (--fault_hold): "backup" pauses the 3rd backup of the first cluster after its files
 are written and before chain.json lists them; "restore" pauses a restarted cluster's
@@ -93,9 +96,13 @@ class FaultReport(keras.callbacks.Callback):
         self.directory, self.chief_dir = directory, os.path.join(backup_dir, "chief")
         self.table_layer = table_layer
         self._supports_tf_logs = True  # its batch hook runs under ParameterServerStrategy too
+        self._epoch, self._fits = 0, 0
         os.makedirs(directory, exist_ok=True)
 
     def on_train_begin(self, logs=None):
+        self._fits += 1
+        if self._fits > 1:  # only a process's first fit restores
+            return
         chain_path = os.path.join(self.chief_dir, incremental_backup.CHAIN_FILE)
         if not os.path.exists(chain_path):
             return
@@ -115,12 +122,14 @@ class FaultReport(keras.callbacks.Callback):
         np.savez(os.path.join(self.directory, f"restored-{_restart()}.npz"),
                  **{name: getattr(rows, name).numpy()[order] for name in rows._fields})
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
     def on_train_batch_end(self, batch, logs=None):
-        # The steps that have run (the model's step counter lives with the variables), not
-        # those scheduled: under ParameterServerStrategy fit schedules ahead of the workers,
-        # so the steps scheduled so far are waited for first.
+        # The steps that have run, not those scheduled: under ParameterServerStrategy fit
+        # schedules ahead of the workers, so the steps scheduled so far are waited for first.
         coordinator = getattr(self.model, "_cluster_coordinator", None)
         if coordinator is not None:
             coordinator.join()
-        done = int(self.model._train_counter.numpy())  # pylint: disable=protected-access
-        _atomic_write(os.path.join(self.directory, f"progress-{_restart()}"), str(done))
+        position = self._epoch * self.params["steps"] + batch + 1
+        _atomic_write(os.path.join(self.directory, f"progress-{_restart()}"), str(position))

@@ -11,12 +11,19 @@ table's statistics: rows, rows admitted, keys waiting for admission, occurrences
 rows evicted, and the memory of the table and (with --pid_dir under tfps-launch) of every
 task. The table admits an ID after --min_count occurrences and evicts rows unseen for
 --ttl_steps optimizer steps; 0 turns either off.
+
+It backs itself up with tfps.callbacks.IncrementalBackup, one chain across the chunks (each
+chunk's fit numbers its epoch by the chunk), under --out_dir (by default a directory per
+tfps-launch launch, which its restarts share): a run whose task dies resumes at the chunk
+and step of its last backup, with the stream from the example there. The backups are
+deleted when the stream ends.
 """
 
 import argparse
 import contextlib
 import json
 import os
+import tempfile
 import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -71,7 +78,34 @@ def task_memory(pid_dir):
     return found
 
 
-def main():
+def run_directory():
+    """A directory of this run's own: under tfps-launch one per launch, which the restarts
+    of its cluster share (so a restarted run finds its backups); else a fresh one."""
+    launch = os.environ.get("TFPS_LAUNCH_ID")
+    if launch:
+        return os.path.join(tempfile.gettempdir(), "tfps-stream-ctr", launch)
+    return tempfile.mkdtemp(prefix="tfps-stream-ctr-")
+
+
+def backup_callbacks(args, model, chunk_batches):
+    """IncrementalBackup (one instance for every chunk's fit, so one chain) and the fault
+    suite's report, as asked."""
+    if not args.backup_dir:
+        return None, []
+    backup = tfps.callbacks.IncrementalBackup(
+        args.backup_dir, save_freq=args.backup_every_steps or max(1, chunk_batches // 4),
+        delete_checkpoint=False)
+    callbacks = [backup]
+    if args.fault_report:
+        import fault_report  # beside this file
+        if args.fault_hold:
+            fault_report.install_holds(args.fault_report, args.fault_hold, args.backup_dir)
+        callbacks.append(fault_report.FaultReport(args.fault_report, args.backup_dir,
+                                                  model.get_layer("ids_table")))
+    return backup, callbacks
+
+
+def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=4_000_000, help="examples to train on")
     parser.add_argument("--chunk", type=int, default=500_000, help="examples between evaluations")
@@ -87,7 +121,25 @@ def main():
                         "reports each one's RSS (tasks on one machine, as under tfps-launch)")
     parser.add_argument("--tensorboard_dir", default=None)
     parser.add_argument("--json", action="store_true", help="one JSON line per chunk")
-    args = parser.parse_args()
+    parser.add_argument("--out_dir", default=None,
+                        help="where backups go by default (default: a directory of this run's own; "
+                             "under tfps-launch, one per launch)")
+    parser.add_argument("--backup_dir", default=None,
+                        help="IncrementalBackup's directory (default: OUT_DIR/backup); '' turns backups off")
+    parser.add_argument("--backup_every_steps", type=int, default=0,
+                        help="steps between backups (default: a quarter of a chunk)")
+    parser.add_argument("--fault_report", default=None,
+                        help="for benchmarks/faults.py: record progress and restores here "
+                             "(examples/fault_report.py)")
+    parser.add_argument("--fault_hold", choices=["backup", "restore"], default=None,
+                        help="for benchmarks/faults.py: pause a backup or a restore part way")
+    return parser.parse_args(argv)
+
+
+def main():
+    args = parse_arguments()
+    if args.backup_dir is None:
+        args.backup_dir = os.path.join(args.out_dir or run_directory(), "backup")
 
     config = tfps.distribute.tf_config()
     if args.pid_dir:
@@ -102,14 +154,24 @@ def main():
     table = model.get_layer("ids_table").table
     writer = tf.summary.create_file_writer(args.tensorboard_dir) if args.tensorboard_dir else None
     chunk_batches, eval_batches = args.chunk // args.batch_size, args.eval_examples // args.batch_size
+    backup, callbacks = backup_callbacks(args, model, chunk_batches)
+    # A restarted run resumes at the chunk (the fits' epoch) and step of its last backup.
+    resume = tfps.callbacks.IncrementalBackup.resume_point(args.backup_dir) if backup else None
+    first_chunk, first_step = (resume.epoch, resume.step) if resume else (0, 0)
+    if resume:
+        print(f"resuming at chunk {first_chunk}, step {first_step} from the backups in {args.backup_dir}",
+              flush=True)
     with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
         chunk_examples = chunk_batches * args.batch_size
-        for chunk in range(max(1, args.examples // chunk_examples)):
+        chunks = max(1, args.examples // chunk_examples)
+        record = None
+        for chunk in range(first_chunk, chunks):
             start = chunk * chunk_examples
+            step = first_step if chunk == first_chunk else 0
             def eval_data(_=None, start=start):
                 return stream.dataset(start, args.batch_size, num_batches=eval_batches)
 
-            def train_data(_=None, start=start):
+            def train_data(_=None, start=start + step * args.batch_size):
                 return stream.dataset(start, args.batch_size, data_service=service)
 
             if clustered:
@@ -117,15 +179,18 @@ def main():
             else:
                 eval_input, train_input = eval_data(), train_data()
             # The first chunk has no model to evaluate yet: its rolling AUC is null.
+            # The first chunk has no model to evaluate yet; a resumed one has its model
+            # restored by the fit's start.
             results = model.evaluate(eval_input, steps=None if clustered else eval_batches, return_dict=True,
-                                     verbose=0) if chunk > 0 else {"auc": None}
+                                     verbose=0) if chunk > 0 and not resume or chunk > first_chunk else {"auc": None}
             began = time.perf_counter()
-            model.fit(train_input, epochs=1, steps_per_epoch=chunk_batches, verbose=0)
+            model.fit(train_input, initial_epoch=chunk, epochs=chunk + 1, steps_per_epoch=chunk_batches,
+                      callbacks=callbacks, verbose=0)
             seconds = time.perf_counter() - began
             stats = table.stats()
             record = {"chunk": chunk, "examples": start + chunk_examples,
                       "rolling_auc": None if results["auc"] is None else round(float(results["auc"]), 5),
-                      "examples_per_s": round(chunk_examples / seconds),
+                      "examples_per_s": round((chunk_batches - step) * args.batch_size / seconds),
                       **{k: stats[k] for k in ("rows", "admitted", "pending", "rejected", "evicted")},
                       "table_mib": round(stats["memory_bytes"] / (1 << 20), 1),
                       "rss_mib": task_memory(args.pid_dir)}
@@ -142,6 +207,10 @@ def main():
                     for name in ("rolling_auc", "rows", "admitted", "pending", "rejected", "evicted", "table_mib"):
                         if record[name] is not None:
                             tf.summary.scalar(name, record[name])
+    if backup:
+        backup.delete_backups()
+    print(f"stream done: {chunks * chunk_examples:,} examples, rows {record['rows']:,} at the end"
+          if record else "stream done: nothing left to train", flush=True)
     if clustered:
         os._exit(0)  # the ps and worker tasks are stopped by the launcher
 

@@ -23,8 +23,8 @@ def data():
     return x, (x[:, 0] % 2).astype(np.float32)
 
 
-def model_and_layer():
-    layer = tfps.keras_layers.DynamicEmbedding(4, combiner="sum", optimizer=tfps.optimizers.Adagrad(0.1))
+def model_and_layer(name=None):
+    layer = tfps.keras_layers.DynamicEmbedding(4, combiner="sum", optimizer=tfps.optimizers.Adagrad(0.1), name=name)
     model = keras.Sequential([keras.Input((2,), dtype=tf.int64), layer, keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     return model, layer
@@ -49,7 +49,8 @@ class Watch(keras.callbacks.Callback):
                 self.backups.append((state, sorted_rows(self.layer.table)))
 
     def on_train_begin(self, logs=None):
-        self.restored = sorted_rows(self.layer.table)
+        if self.restored is None:  # the first fit's start, after any restore
+            self.restored = sorted_rows(self.layer.table)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -134,6 +135,55 @@ def test_a_restarted_fit_restores_the_rows_of_the_last_backup_and_resumes_after_
     assert second.steps[0] == (1, 8)
     assert len(second.steps) == 36 - 20
     assert not os.path.exists(os.path.join(directory, "chief"))  # deleted when fit ended
+
+
+def chunked_stream(model, backup, watch, chunks=4, resume=None, stop_at=None):
+    """Trains on chunks of a stream, one fit per chunk numbered by its epoch, as
+    examples/stream_ctr.py does, from `resume` (a ResumePoint) on; each chunk's data from
+    its resumed step on."""
+    x, y = data()
+    first_chunk, first_step = (resume.epoch, resume.step) if resume else (0, 0)
+    for chunk in range(first_chunk, chunks):
+        step = first_step if chunk == first_chunk else 0
+        # The chunk's examples are the data's, shifted so that each chunk differs.
+        ids = x[step * BATCH:] + chunk * 7
+        dataset = tf.data.Dataset.from_tensor_slices((ids, y[step * BATCH:])).batch(BATCH)
+        watch.stop_at = stop_at
+        model.fit(dataset, initial_epoch=chunk, epochs=chunk + 1, steps_per_epoch=STEPS_PER_EPOCH,
+                  verbose=0, callbacks=[backup, watch])
+
+
+def test_one_chain_across_the_fits_of_a_chunked_stream_resumes_at_the_chunk_and_step(tmp_path):
+    directory = str(tmp_path / "backup")
+    # Uninterrupted: 4 chunks of 12 steps, backups every 5 steps counted across the fits.
+    # Each model as a new process makes it (the table's seed follows from its name).
+    model, layer = model_and_layer("ids")
+    plain_model, plain_layer = model_and_layer("ids")
+    plain_model.set_weights(model.get_weights())  # the dense layers' initial values
+    chunked_stream(plain_model, IncrementalBackup(str(tmp_path / "unused"), save_freq=1000,
+                                                  delete_checkpoint=False), Watch(str(tmp_path / "unused"), plain_layer))
+    expected = sorted_rows(plain_layer.table)
+
+    backup = IncrementalBackup(directory, save_freq=5, full_every=3, delete_checkpoint=False)
+    first = Watch(directory, layer)
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        chunked_stream(model, backup, first, stop_at=(2, 7))
+    states = [state for state, _ in first.backups]
+    # Later fits continue the chain: no restore rolls a chunk's last steps back.
+    assert [(s["epoch"], s["batch"]) for s in states] == [(0, 4), (0, 9), (1, 2), (1, 7), (2, 0), (2, 5)]
+    assert [len(s["chain"]) for s in states] == [1, 2, 3, 1, 2, 3]
+    resume = IncrementalBackup.resume_point(directory)
+    assert (resume.epoch, resume.step) == (2, 6)
+
+    # A new process: a fresh model (its table empty), the same program resumed.
+    model, layer = model_and_layer("ids")
+    backup, second = IncrementalBackup(directory, save_freq=5, full_every=3, delete_checkpoint=False), Watch(directory, layer)
+    chunked_stream(model, backup, second, resume=resume)
+    assert_same_rows(second.restored, first.backups[-1][1])
+    assert second.steps[0] == (2, 6) and len(second.steps) == 6 + 12
+    assert_same_rows(sorted_rows(layer.table), expected)
+    backup.delete_backups()
+    assert not os.path.exists(os.path.join(directory, "chief"))
 
 
 def test_a_save_freq_longer_than_an_epoch_counts_steps_across_epochs(tmp_path):

@@ -55,6 +55,13 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
     `IncrementalBackup.resume_point(backup_dir)` instead, or it trains again on the
     stream's first batches.
 
+    One chain across several fits (a stream trained chunk by chunk, evaluated between
+    chunks): give every fit the same callback, made with delete_checkpoint=False, and
+    number the fits' epochs on (`initial_epoch=chunk, epochs=chunk + 1`). Only the first
+    fit of the process restores; the later ones continue its chain from the model as it
+    stands, and resume_point's epoch is the chunk to resume. Delete the backups with
+    `delete_backups()` when the stream ends.
+
     Args:
       backup_dir: where the backups live (any path tf.io.gfile writes).
       save_freq: "epoch", or back up every this many training steps (counted across
@@ -83,6 +90,8 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
         self._steps_since_backup = 0
         self._last_batch = -1
         self._supports_tf_logs = True  # its batch hooks run under ParameterServerStrategy too
+        self._training_state = None
+        self._chain_model = None  # the model whose chain this callback continues across fits
 
     @staticmethod
     def resume_point(backup_dir):
@@ -102,6 +111,11 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
         super().set_model(model)
 
     def on_train_begin(self, logs=None):
+        if self._chain_model is self.model and self._training_state is not None:
+            # A later fit of the same model: its state is the chain's, and newer.
+            self._training_state.continue_without_restore()
+            self.model._training_state = self._training_state  # pylint: disable=protected-access
+            return
         if self.model.optimizer is not None and not getattr(self.model.optimizer, "_built", True):
             self.model.optimizer.build(self.model.trainable_variables)
         self._training_state = _ChainTrainingState(self.model, self.backup_dir, self.save_freq,
@@ -110,6 +124,20 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
         self._training_state.restore()
         self._last_backup = time.monotonic()
         self._steps_since_backup = 0
+
+    def on_train_end(self, logs=None):
+        if self.delete_checkpoint:
+            self.delete_backups()
+        else:
+            self._chain_model = self.model  # a later fit continues this chain
+        self.model._training_state = None  # pylint: disable=protected-access
+
+    def delete_backups(self):
+        """Deletes this callback's backups (fit does so itself unless delete_checkpoint=False)."""
+        directory = os.path.join(self.backup_dir, "chief")
+        if tf.io.gfile.exists(directory):
+            tf.io.gfile.rmtree(directory)
+        self._training_state, self._chain_model = None, None
 
     def on_train_batch_begin(self, batch, logs=None):
         # BackupAndRestore records the batch here; this callback records it with each backup.
@@ -224,6 +252,7 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         # Chains of tfps releases before this file recorded positions resume as Keras does.
         self._positions_recorded = not self._chain or "steps_done" in state
         self.resumed_at = None  # the ResumePoint fit resumed at, once it asked
+        self._chain_continued = False  # a later fit of the same process: nothing to resume
 
     def _check_directory(self):
         """Fails now, not at the first backup, when the directory cannot hold backups."""
@@ -297,7 +326,14 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         return (int(self._ckpt_saved_epoch.numpy()), int(self._ckpt_saved_batch.numpy()),
                 int(self._model._train_counter.numpy()))  # pylint: disable=protected-access
 
+    def continue_without_restore(self):
+        """For a later fit of the model this chain backs up: it starts where asked."""
+        self._positions_recorded, self._chain_continued = True, True
+        self.resumed_at = None
+
     def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode):
+        if self._chain_continued:
+            return initial_epoch, 0
         if not self._positions_recorded:
             return super().maybe_load_initial_counters_from_ckpt(steps_per_epoch, initial_epoch, mode)
         if mode != mode_keys.ModeKeys.TRAIN or not self._chain:
