@@ -70,3 +70,25 @@ def log_linear_buckets(scores, buckets_per_octave=1024, octaves=16):
     side = np.where(distance > 0, octave * buckets_per_octave + within, 0)
     side = np.clip(side, 0, per_side - 1).astype(np.int64)
     return np.where(scores < 0.5, side, 2 * per_side - 1 - side)
+
+
+def sklearn_metrics(labels, scores, groups, weights=None):
+    """What every tfps metric should read for these predictions, by scikit-learn: ROC AUC,
+    average precision, GAUC (per-group ROC AUC weighted by the group's weight, over groups
+    with both classes), log loss and calibration (predicted over actual clicks)."""
+    from sklearn import metrics
+    labels, scores = np.asarray(labels, np.float64), np.asarray(scores, np.float64)
+    weights = np.ones_like(labels) if weights is None else np.asarray(weights, np.float64)
+    groups = np.asarray(groups)
+    total = weighted = 0.0
+    for group in np.unique(groups):
+        mask = (groups == group) & (weights > 0)
+        if len(np.unique(labels[mask])) == 2:
+            weighted += weights[mask].sum() * metrics.roc_auc_score(labels[mask], scores[mask],
+                                                                    sample_weight=weights[mask])
+            total += weights[mask].sum()
+    return {"auc": metrics.roc_auc_score(labels, scores, sample_weight=weights),
+            "pr_auc": metrics.average_precision_score(labels, scores, sample_weight=weights),
+            "group_auc": weighted / total if total > 0 else 0.5,
+            "log_loss": metrics.log_loss(labels, scores, sample_weight=weights),
+            "calibration": np.sum(weights * scores) / np.sum(weights * labels)}

@@ -15,6 +15,7 @@ from tfps import checkpoint
 from tfps import data
 from tfps import distribute
 from tfps import eviction
+from tfps import exact_evaluation
 from tfps import export
 from tfps import initializers
 from tfps import keras_saving
@@ -29,6 +30,7 @@ from tfps.table import DynamicTable, TableRows
 checkpoint.install()
 optimizer_bridge.install()
 keras_saving.install()
+exact_evaluation.install()
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,12 @@
-"""Run by tests/test_metrics_pss.py in its own process: model.evaluate under an in-process
-ParameterServerStrategy with 2 workers, GroupAUC fed uint64 groups through FeedGroups; prints the metric results and the multiset of
-records the workers evaluated, as JSON."""
+"""Run by tests/test_metrics_pss.py in its own process: every tfps metric under an
+in-process ParameterServerStrategy with 2 workers, through one Keras evaluation path (the
+first argument), GroupAUC fed uint64 groups through FeedGroups; prints the metric results
+and the multiset of records the workers evaluated, as JSON.
+
+Paths: "whole" and "partitioned" (evaluate with steps=, the metric variables whole or split
+over 2 PS), "exact" (evaluate with pss_evaluation_shards after a fit), "exact_fresh" (the
+same on a freshly compiled model, no fit before), "validation" (fit's validation_data with
+pss_evaluation_shards; the last epoch's val_ results)."""
 
 import json
 import os
@@ -60,8 +66,9 @@ def finite_dataset_fn(_):
 def main():
     # "partitioned": the metric variables are split over 2 PS by a variable partitioner;
     # "exact": evaluate with pss_evaluation_shards, every record once, after a fit.
-    partitioned = "partitioned" in sys.argv[1:]
-    exact = "exact" in sys.argv[1:]
+    path = sys.argv[1]
+    partitioned = path == "partitioned"
+    exact = path in ("exact", "exact_fresh", "validation")
     partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(2) if partitioned else None
     with tfps.distribute.local_cluster(num_workers=2, num_ps=2 if partitioned else 1,
                                        variable_partitioner=partitioner) as strategy:
@@ -75,14 +82,20 @@ def main():
             counts = RecordCounts()
             auc = tfps.metrics.AUC(name="auc")
             model.compile(loss="binary_crossentropy",
-                          metrics=[auc, tfps.metrics.AUC(curve="PR", name="pr_auc"), counts, group_auc],
+                          metrics=[auc, tfps.metrics.AUC(curve="PR", name="pr_auc"), counts, group_auc,
+                                   tfps.metrics.BinaryLogLoss(), tfps.metrics.CalibrationRatio()],
                           pss_evaluation_shards=4 if exact else 0)
-        if exact:
-            # A fit first (the model has no weights to change), so evaluate follows a fit.
-            model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1, steps_per_epoch=2,
-                      verbose=0)
-            results = model.evaluate(keras.utils.experimental.DatasetCreator(finite_dataset_fn),
-                                     return_dict=True, verbose=0)
+        every_id_once = keras.utils.experimental.DatasetCreator(finite_dataset_fn)
+        if path == "validation":
+            history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=2,
+                                validation_data=every_id_once, verbose=0).history
+            results = {name[len("val_"):]: values[-1] for name, values in history.items() if name.startswith("val_")}
+        elif exact:
+            if path == "exact":
+                # A fit first (the model has no weights to change), so evaluate follows a fit.
+                model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1, steps_per_epoch=2,
+                          verbose=0)
+            results = model.evaluate(every_id_once, return_dict=True, verbose=0)
         else:
             results = model.evaluate(keras.utils.experimental.DatasetCreator(dataset_fn), steps=STEPS,
                                      return_dict=True, verbose=0)

@@ -1,0 +1,80 @@
+"""Every tfps metric, in every local Keras evaluation path (fit's validation_data, evaluate
+after fit, evaluate with steps=, a freshly loaded and compiled model, steps_per_execution 1
+and 8), reads what scikit-learn computes on predict's output for the same examples.
+ParameterServerStrategy's paths are in test_metrics_pss.py."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+import tfps
+from tests.auc_reference import sklearn_metrics
+
+N, BATCH, USERS = 16384, 512, 50
+
+
+def examples(seed):
+    rng = np.random.default_rng(seed)
+    user = rng.integers(0, USERS, N)
+    features = rng.normal(size=(N, 4)).astype(np.float32)
+    logit = 2 * features[:, 0] + np.linspace(-2, 1, USERS)[user]
+    labels = rng.random(N) < 1 / (1 + np.exp(-logit))
+    return {"features": features, "user": user.astype(np.int64)}, labels.astype(np.float32)
+
+
+def metrics():
+    return [tfps.metrics.AUC(name="auc"), tfps.metrics.AUC(curve="PR", name="pr_auc"),
+            tfps.metrics.GroupAUC(name="group_auc"), tfps.metrics.BinaryLogLoss(),
+            tfps.metrics.CalibrationRatio()]
+
+
+def click_model(steps_per_execution):
+    features = keras.Input(shape=(4,), name="features")
+    user = keras.Input(shape=(), dtype=tf.int64, name="user")
+    user_vector = tfps.keras_layers.DynamicEmbedding(4, optimizer=tfps.optimizers.Adagrad(0.1), name="users")(user)
+    hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([features, user_vector]))
+    prediction = keras.layers.Dense(1, activation="sigmoid")(hidden)
+    model = keras.Model({"features": features, "user": user},
+                        tfps.metrics.FeedGroups("group_auc")([prediction, user]))
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="binary_crossentropy", metrics=metrics(),
+                  steps_per_execution=steps_per_execution)
+    return model
+
+
+def assert_reads_sklearn(results, model, x, y):
+    """results: the metrics' values for examples x, y; compared with scikit-learn on
+    predict's output (AUC within its documented 1e-4, GroupAUC within 1e-3: the model's
+    predictions are spread, as a trained model's are, so few pairs share a bucket)."""
+    expected = sklearn_metrics(y, model.predict(x, batch_size=BATCH, verbose=0)[:, 0], x["user"])
+    assert 0.7 < expected["auc"] < 0.99 and 0.6 < expected["group_auc"] < 0.99
+    assert results["auc"] == pytest.approx(expected["auc"], abs=1e-4)
+    assert results["pr_auc"] == pytest.approx(expected["pr_auc"], abs=1e-4)
+    assert results["group_auc"] == pytest.approx(expected["group_auc"], abs=1e-3)
+    assert results["log_loss"] == pytest.approx(expected["log_loss"], rel=1e-4)
+    assert results["calibration"] == pytest.approx(expected["calibration"], rel=1e-4)
+    assert results["loss"] == pytest.approx(expected["log_loss"], rel=1e-3)
+
+
+@pytest.mark.parametrize("steps_per_execution", [1, 8])
+def test_every_metric_reads_sklearns_value_in_every_local_evaluation_path(tmp_path, steps_per_execution):
+    (x, y), (x_val, y_val) = examples(0), examples(1)
+    model = click_model(steps_per_execution)
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, validation_data=(x_val, y_val), verbose=0).history
+    # fit's validation_data: the last epoch's values are the final model's.
+    assert_reads_sklearn({name[4:]: values[-1] for name, values in history.items() if name.startswith("val_")},
+                         model, x_val, y_val)
+    # evaluate after fit.
+    assert_reads_sklearn(model.evaluate(x_val, y_val, batch_size=BATCH, return_dict=True, verbose=0),
+                         model, x_val, y_val)
+    # evaluate with steps= over an endless dataset: the first N / BATCH batches.
+    endless = tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(BATCH).repeat()
+    assert_reads_sklearn(model.evaluate(endless, steps=N // BATCH, return_dict=True, verbose=0),
+                         model, x_val, y_val)
+    # A freshly loaded model, compiled with new metrics, that has run no step.
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    loaded.compile(loss="binary_crossentropy", metrics=metrics(), steps_per_execution=steps_per_execution)
+    assert_reads_sklearn(loaded.evaluate(x_val, y_val, batch_size=BATCH, return_dict=True, verbose=0),
+                         loaded, x_val, y_val)
