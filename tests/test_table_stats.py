@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 import tfps
+from tests.cluster_run import run_cluster_program
 
 
 def test_stats_count_rows_and_memory_per_shard_and_in_total():
@@ -43,11 +44,14 @@ def _scalars(log_dir):
     return found
 
 
-@pytest.mark.parametrize("steps_per_execution,every,expected", [
+SUMMARIES = [  # steps_per_execution, every_n_steps, {step: rows} for 10 new IDs per step
     (1, 5, {5: 50, 10: 100, 15: 150, 20: 200, 25: 250, 30: 300, 35: 350, 40: 400}),
     # Blocks of 10 steps: a summary at each block end that reaches a multiple of 5 or 15.
     (10, 5, {10: 100, 20: 200, 30: 300, 40: 400}),
-    (10, 15, {20: 200, 30: 300, 40: 400})])
+    (10, 15, {20: 200, 30: 300, 40: 400})]
+
+
+@pytest.mark.parametrize("steps_per_execution,every,expected", SUMMARIES)
 def test_table_stats_callback_logs_rows_into_history_and_tensorboard(tmp_path, steps_per_execution, every,
                                                                      expected):
     import tensorboard  # noqa: F401  (installed by scripts/install.sh; summaries need it)
@@ -63,6 +67,16 @@ def test_table_stats_callback_logs_rows_into_history_and_tensorboard(tmp_path, s
     assert history["users/memory_mib"][1] * (1 << 20) == layer.table.stats()["memory_bytes"]
     rows = dict(_scalars(tmp_path)["users/rows"])
     assert rows == expected
+
+
+def test_table_stats_callback_under_parameter_server_strategy_writes_each_steps_rows():
+    import tensorboard  # noqa: F401
+    out = run_cluster_program("table_stats_pss.py", *(f"{spe},{every}" for spe, every, _ in SUMMARIES))
+    for (steps_per_execution, every, expected), result in zip(SUMMARIES, out["results"]):
+        assert (result["steps_per_execution"], result["every"]) == (steps_per_execution, every)
+        assert result["history_rows"] == [200, 400]
+        # The rows as of the summary's step: the steps scheduled before it have all run.
+        assert {int(step): rows for step, rows in result["summaries"].items()} == expected
 
 
 def test_table_stats_arguments_are_checked():

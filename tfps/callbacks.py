@@ -22,7 +22,8 @@ class TableStats(keras.callbacks.Callback):
     with `every_n_steps` every that many training steps as well (counted in steps, whatever
     `steps_per_execution`: at the end of each block of steps that reaches a multiple of
     N, since a block is where fit hands control back). Each table's statistics are read
-    with one small op per shard, on its parameter server.
+    with one small op per shard, on its parameter server; under ParameterServerStrategy a
+    summary first waits for the steps fit has scheduled, so it holds its step's rows.
 
     Args:
       log_dir: where TensorBoard summaries go (None: only fit's logs).
@@ -88,6 +89,11 @@ class TableStats(keras.callbacks.Callback):
         self._steps += batch - self._last_batch
         self._last_batch = batch
         if self.every_n_steps is not None and self._steps // self.every_n_steps > before // self.every_n_steps:
+            # Under ParameterServerStrategy fit schedules ahead of the workers: the steps
+            # scheduled so far run first, so the statistics are those of the summary's step.
+            coordinator = getattr(self.model, "_cluster_coordinator", None)
+            if coordinator is not None:
+                coordinator.join()
             self._summarize(self._statistics())
 
     def on_epoch_end(self, epoch, logs=None):
