@@ -268,16 +268,35 @@ def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(
     assert max(layer.table.clocks().numpy()) == len(x) // (3 * BATCH)  # one table update per apply
 
 
-def test_summing_table_gradients_as_tensors_fails_and_the_readme_names_the_accumulator():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_summing_table_gradients_densely_fails_naming_the_accumulator(compiled):
     ours, layer = tfps_model(tfps.optimizers.SGD(0.05))
-    x, y = batches(steps=2)
-    with tf.GradientTape(persistent=True) as tape:
-        loss = tf.reduce_sum(ours(x[:BATCH], training=True))
-    gradient = tape.gradient(loss, layer.table_proxy)
-    with pytest.raises((tf.errors.InvalidArgumentError, TypeError)):
-        tf.add_n([gradient, gradient])
-    with pytest.raises(TypeError):
-        gradient + gradient  # noqa: B018  (IndexedSlices have no +)
+    stock, embedding = stock_model()
+    x, _ = batches(steps=1)
+    dense_total = tf.Variable(tf.zeros_like(layer.table_proxy))  # the usual variable accumulator
+    names_it = r"gradient of a DynamicEmbedding table .* has no dense form, so .* cannot sum it.*tfps.GradientAccumulator"
+
+    def gradient_of(model, variable):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True))
+        return tape.gradient(loss, variable)
+
+    forms = {"add_n": lambda g: tf.add_n([g, g, g]), "plus": lambda g: g + g,
+             "tensor_plus": lambda g: tf.zeros_like(dense_total) + g,
+             "assign_add": lambda g: dense_total.assign_add(g)}
+    for name, form in forms.items():
+        def summed(form=form):
+            return form(gradient_of(ours, layer.table_proxy))
+        # Eagerly at once; in tf.function when it runs (a graph's list inputs hide errors).
+        with pytest.raises((TypeError, tf.errors.InvalidArgumentError), match=names_it):
+            (tf.function(summed) if compiled else summed)()
+    np.testing.assert_array_equal(table_rows(layer), start_rows())
+    # Other IndexedSlices still densify and add as before: a stock Embedding's, k = 3.
+    stock_gradient = gradient_of(stock, embedding.embeddings)
+    np.testing.assert_allclose(tf.add_n([stock_gradient] * 3).numpy(),
+                               3 * tf.convert_to_tensor(stock_gradient).numpy(), rtol=1e-6)
+    np.testing.assert_allclose((tf.zeros_like(embedding.embeddings) + stock_gradient).numpy(),
+                               tf.convert_to_tensor(stock_gradient).numpy())
     import os
     readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
     assert "tfps.GradientAccumulator" in readme

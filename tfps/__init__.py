@@ -24,6 +24,7 @@ from tfps import metrics
 from tfps import optimizer_bridge
 from tfps import optimizers
 from tfps import stream
+from tfps import accumulation
 from tfps.accumulation import GradientAccumulator
 from tfps.table import DynamicTable, TableRows
 
@@ -31,6 +32,7 @@ checkpoint.install()
 optimizer_bridge.install()
 keras_saving.install()
 exact_evaluation.install()
+accumulation.install()
 
 __version__ = "0.1.0"
 

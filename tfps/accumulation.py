@@ -7,11 +7,65 @@ accumulator here keeps a table's micro-batch gradients as slices (their keys and
 appended, which sums them, as the table sums a key's slices when it applies them) and
 every other variable's gradient densely, then applies the sums in one optimizer step:
 exactly what a stock Embedding gets from accumulating and applying its gradients.
+`install()` makes the forms that cannot work say so and name this one.
 """
 
+import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import tensor_util
 
 from tfps import optimizer_bridge
+
+_REFUSAL = ("the gradient of a DynamicEmbedding table (IndexedSlices over 64-bit table keys, dense shape "
+            "{shape}) has no dense form, so {what} cannot sum it; accumulate gradients over "
+            "micro-batches with tfps.GradientAccumulator(model.trainable_variables): add(gradients) "
+            "per micro-batch, apply_to(optimizer) once")
+_PATCHED_ATTRIBUTE = "_tfps_refuses_table_gradients"
+
+
+def _table_gradient_shape(value):
+    """The dense shape of a table proxy's gradient ([0, dim]: slices with no dense rows), or
+    None for any other IndexedSlices (and for a table gradient with no slices, which
+    densifies harmlessly to [0, dim])."""
+    shape = value.dense_shape
+    shape = None if shape is None else (shape.numpy() if hasattr(shape, "numpy") else
+                                        tensor_util.constant_value(shape))
+    if shape is None or len(shape) != 2 or shape[0] != 0 or value.values.shape[:1] == [0]:
+        return None
+    return [int(d) for d in np.asarray(shape)]
+
+
+def _refuse_densifying(value, dtype=None, name=None, as_ref=False):  # pylint: disable=unused-argument
+    shape = _table_gradient_shape(value)
+    if shape is None:
+        return NotImplemented  # TensorFlow's own conversion follows
+    message = _REFUSAL.format(shape=shape, what="tf.add_n, a dense accumulator or any conversion to a Tensor")
+    if tf.executing_eagerly():
+        raise TypeError(message)
+    # In a graph, TensorFlow turns a conversion's error for an op's list input (tf.add_n's)
+    # into "NOT CONVERTIBLE TO TENSOR": the conversion fails when it runs instead.
+    with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
+        return tf.zeros(shape, value.dtype, name=name)
+
+
+def _adding(original_add):
+    def add(self, other):
+        if _table_gradient_shape(self) is not None:
+            raise TypeError(_REFUSAL.format(shape=_table_gradient_shape(self), what="+"))
+        return original_add(self, other) if original_add is not None else NotImplemented
+    setattr(add, _PATCHED_ATTRIBUTE, True)
+    return add
+
+
+def install():
+    """Gives the ways of summing gradients that would densify a table's gradient (tf.add_n,
+    `+`, `Tensor + gradient`, `variable.assign_add(gradient)`) an error naming
+    GradientAccumulator, instead of TensorFlow's "segment_ids out of range" or "unsupported
+    operand" (idempotent; other IndexedSlices convert and add as before)."""
+    if not getattr(tf.IndexedSlices.__add__ if hasattr(tf.IndexedSlices, "__add__") else None,
+                   _PATCHED_ATTRIBUTE, False):
+        tf.register_tensor_conversion_function(tf.IndexedSlices, _refuse_densifying, priority=99)
+        tf.IndexedSlices.__add__ = _adding(tf.IndexedSlices.__dict__.get("__add__"))
 
 
 class GradientAccumulator:
