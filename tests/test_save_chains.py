@@ -131,3 +131,58 @@ def test_tasks_that_see_different_storage_fail_the_save_and_restore_naming_task_
     assert re.search(r"copy/ckpt-tfps.DynamicTable.t0.shard-0000[01]-of-00002' cannot be read.*"
                      r"on /job:ps/replica:0/task:[01]/device:CPU:0; every task must reach", out["restore_message"])
     assert out["restored_rows"] == 0
+
+
+def states_passed_through(optimizer, gradients, updates):
+    """[updates + 1, keys, 1 + slots, dim]: each row's value and slots after 0 .. updates
+    applications of its constant gradient, from a zero row (float64, tests/reference.py)."""
+    from tests.reference import RowOptimizer
+    rows = np.zeros(gradients.shape)[:, None, :]
+    reference = RowOptimizer(optimizer, gradients.shape[1], 0.01)
+    slots = np.repeat(reference.initial_slots()[None], len(gradients), axis=0)
+    states = [np.concatenate([rows, slots], axis=1)]
+    value = rows[:, 0]
+    for step in range(1, updates + 1):
+        value, slots = reference.apply(value, np.moveaxis(slots, 1, 0), gradients, step)
+        slots = np.moveaxis(np.asarray(slots), 0, 1)
+        states.append(np.concatenate([value[:, None], slots], axis=1))
+    return np.stack(states)
+
+
+def test_a_save_while_two_workers_apply_updates_holds_states_each_row_passed_through(tmp_path):
+    from tests.cluster_programs import pss_save_during_training as program
+    out = run_cluster_program("pss_save_during_training.py", str(tmp_path))
+    keys = np.arange(out["keys"], dtype=np.int64) * 7919
+    gradients = program.gradient(keys).astype(np.float64)
+    mid_training = 0
+    for optimizer in ("sgd", "adam"):
+        states = states_passed_through(optimizer, gradients, out["updates"])
+        for path in out["saves"]:
+            tables = program.make_tables()
+            tf.train.Checkpoint(**tables).read(path).assert_consumed()
+            rows = sorted_rows(tables[optimizer])
+            # A key not yet updated has no row (a save before its first update).
+            present = np.isin(keys, rows["keys"])
+            assert present.sum() == len(rows["keys"]), "a key the workers never updated"
+            if not present.any():
+                assert not path.endswith("after")
+                continue
+            saved = np.concatenate([rows["values"][:, None], rows["slots"].reshape(present.sum(), -1, out["dim"])], 1)
+            if optimizer == "adam":  # the row's updates so far: its optimizer step
+                count = rows["metadata"][:, 2].astype(np.int64)
+            else:  # SGD keeps no step: the updates that its first element took
+                count = np.rint(-rows["values"][:, 0] / (0.01 * gradients[present, 0])).astype(np.int64)
+            assert ((count >= 1) & (count <= out["updates"])).all()
+            # Each row (value and every slot, every element) is its state after `count`
+            # updates: nearer to it than a quarter of the way to the state one update away.
+            rows_of = np.nonzero(present)[0]
+            expected, before = states[count, rows_of], states[count - 1, rows_of]
+            step = np.abs(expected - before)
+            changing = step > 1e-6 * np.abs(expected) + 1e-12  # Adam's m stops moving in float32
+            assert (np.abs(saved - expected)[changing] < 0.25 * step[changing]).all(), (optimizer, path)
+            assert np.allclose(saved, expected, rtol=1e-4, atol=1e-6), (optimizer, path)
+            if path.endswith("after"):
+                assert present.all() and (count == out["updates"]).all()
+            elif present.any() and count.min() < out["updates"]:
+                mid_training += 1
+    assert mid_training >= 2  # at least one save per table landed while updates ran
