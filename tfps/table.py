@@ -255,8 +255,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
 
     def stats(self):
         """The table's statistics as ints, read in one op where the table lives (eager):
-        rows; memory_bytes (index, row blocks, and the counts of keys waiting for
-        admission); row_memory_bytes; clock; admitted (rows created by training lookups and
+        rows; memory_bytes (index, rows as backed, and the counts of keys waiting for
+        admission); row_memory_bytes (the rows' part); clock; admitted (rows created by training lookups and
         applies); pending (keys waiting for admission, estimated for a sketch); rejected
         (occurrences of keys looked up without a row: their gradients dropped); evicted
         (rows removed by eviction)."""

@@ -325,10 +325,13 @@ struct Stripe {
 
   // Backs fresh rows a piece at a time (the piece's pages in one call) before the first
   // of them is used: the kernel backs a range faster than it serves a fault per page, and
-  // at most one piece per stripe is backed ahead of use.
+  // at most one piece per stripe is backed ahead of use. A piece is at most 1/32 of the
+  // rows in use, so a stripe whose rows stay level, hovering about a piece's end, backs
+  // little beyond them.
   void BackRowsFrom(uint64_t r, size_t row_bytes) {
     const uint64_t chunk_end = ChunkFirstRow(ChunkOf(r) + 1);
-    const uint64_t end = std::min(chunk_end, r + std::max<uint64_t>(1, kBackedPieceBytes / row_bytes));
+    const uint64_t piece = std::min<uint64_t>(kBackedPieceBytes / row_bytes, r / 32);
+    const uint64_t end = std::min(chunk_end, r + std::max<uint64_t>(1, piece));
     PopulateForWrite(Row(r, row_bytes), (end - r) * row_bytes);
     rows_backed = end;
   }

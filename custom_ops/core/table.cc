@@ -601,6 +601,11 @@ void Table::Clear(bool keep_memory) {
     for (size_t i = 0; i < stripes_.size(); ++i) Stripe::FreeIndexArrays(ctrls[i], rows[i], kMinCapacity);
     throw;
   }
+  // What the rows occupy now, which a clear that keeps its memory goes on holding.
+  int64_t held_row_bytes = recycled_row_bytes_.load();
+  int64_t backed = 0;
+  for (const auto& s : stripes_) backed += static_cast<int64_t>(s->rows_backed);
+  held_row_bytes = std::max(held_row_bytes, backed * static_cast<int64_t>(row_bytes_ + sizeof(uint32_t)));
   for (size_t i = 0; i < stripes_.size(); ++i) {
     Stripe& s = *stripes_[i];
     s.FreeAll();
@@ -610,8 +615,10 @@ void Table::Clear(bool keep_memory) {
     s.ResetIndex(kMinCapacity);
   }
   if (keep_memory) {
+    recycled_row_bytes_.store(held_row_bytes);
     row_memory_.RecycleAll();
   } else {
+    recycled_row_bytes_.store(0);
     row_memory_.ReleaseAll();
   }
   // No record says that every row went: a chain saved before now saves whole next.
@@ -631,6 +638,11 @@ int64_t Table::SumOverStripes(Fn&& count) const {
 
 int64_t Table::Size() const {
   return SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.size); });
+}
+
+int64_t Table::RowMemoryBytes() const {
+  const int64_t backed = SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.rows_backed); });
+  return std::max(recycled_row_bytes_.load(), backed * static_cast<int64_t>(row_bytes_ + sizeof(uint32_t)));
 }
 
 int64_t Table::MemoryBytes() const {

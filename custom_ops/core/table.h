@@ -182,11 +182,15 @@ class Table {
   // negative `step`. Checkpoints save and restore it.
   int64_t ApplyCalls() const { return apply_calls_.load(); }
   void SetApplyCalls(int64_t calls) { apply_calls_.store(calls); }
-  // Bytes held by the index and by the blocks allocated for rows (a stripe's blocks double
-  // in size as it grows; their pages are backed as rows fill them).
+  // Bytes held by the index and by the rows: the memory the table occupies.
   int64_t MemoryBytes() const;
-  // Of those, the bytes of the row blocks.
-  int64_t RowMemoryBytes() const { return static_cast<int64_t>(row_memory_.HandedOutBytes()); }
+  // Of those, the rows' (with their change stamps): the rows backed so far, which is what
+  // a stripe's row blocks occupy (they double in size as it grows, and their pages are
+  // backed a piece at a time as rows fill them), or what a clear that kept its memory
+  // still holds, whichever is more.
+  int64_t RowMemoryBytes() const;
+  // The bytes of the row blocks handed out, backed or not (address space, not memory).
+  int64_t MappedRowBytes() const { return static_cast<int64_t>(row_memory_.HandedOutBytes()); }
   TableStats Stats() const;
   // How many times a stripe's index has been rebuilt, over all stripes: once per growth
   // step or tombstone cleanup.
@@ -329,6 +333,8 @@ class Table {
   TableConfig config_;
   size_t row_bytes_;
   RegionAllocator row_memory_;
+  // The row bytes a clear that kept its memory left backed, for RowMemoryBytes.
+  std::atomic<int64_t> recycled_row_bytes_{0};
   std::atomic<int64_t> apply_calls_{0};
   mutable std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_{0};
   mutable std::mutex clock_times_mu_;
