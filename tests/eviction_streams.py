@@ -9,15 +9,17 @@ import tfps
 RETURNING = 5000  # the pool returning IDs are drawn from
 
 
-def stream(steps, keys_per_step, new_fraction, seed=0):
+def stream(steps, keys_per_step, new_fraction, seed=0, drift=0):
     """Yields each step's keys: `new_fraction` of them never seen before, the rest drawn
-    from a pool of RETURNING IDs."""
+    from a pool of RETURNING IDs, which slides on by `drift` IDs a step (old IDs stop
+    returning, as popular items go out of fashion)."""
     rng = np.random.default_rng(seed)
     fresh = 1 << 40
-    for _ in range(steps):
+    for step in range(steps):
         new = int(round(keys_per_step * new_fraction))
+        pool_start = step * drift
         keys = np.concatenate([np.arange(fresh, fresh + new, dtype=np.int64),
-                               rng.integers(0, RETURNING, keys_per_step - new).astype(np.int64)])
+                               rng.integers(pool_start, pool_start + RETURNING, keys_per_step - new).astype(np.int64)])
         fresh += new
         yield keys
 
@@ -58,14 +60,14 @@ class Simulation:
         return keys[decayed >= self.policy.threshold * margin]
 
 
-def run(policy, new_fraction, steps=400, keys_per_step=2000, seed=0, on_step=None):
+def run(policy, new_fraction, steps=400, keys_per_step=2000, seed=0, on_step=None, drift=0):
     """Trains a table (and the simulation) on the stream; returns (table, simulation, rows
     after each step)."""
     table = tfps.DynamicTable(2, optimizer="sgd", eviction=policy)
     simulation = Simulation(policy)
     rows = []
     zeros = np.zeros((keys_per_step, 2), np.float32)
-    for keys in stream(steps, keys_per_step, new_fraction, seed):
+    for keys in stream(steps, keys_per_step, new_fraction, seed, drift):
         unique = np.unique(keys)
         table.find_or_insert(keys)
         table.apply_gradients(unique, zeros[:len(unique)], step=-1)
