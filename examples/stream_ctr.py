@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import json
 import os
-import tempfile
 import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -78,15 +77,6 @@ def task_memory(pid_dir):
     return found
 
 
-def run_directory():
-    """A directory of this run's own: under tfps-launch one per launch, which the restarts
-    of its cluster share (so a restarted run finds its backups); else a fresh one."""
-    launch = os.environ.get("TFPS_LAUNCH_ID")
-    if launch:
-        return os.path.join(tempfile.gettempdir(), "tfps-stream-ctr", launch)
-    return tempfile.mkdtemp(prefix="tfps-stream-ctr-")
-
-
 def backup_callbacks(args, model, chunk_batches):
     """IncrementalBackup (one instance for every chunk's fit, so one chain) and the fault
     suite's report, as asked."""
@@ -139,7 +129,7 @@ def parse_arguments(argv=None):
 def main():
     args = parse_arguments()
     if args.backup_dir is None:
-        args.backup_dir = os.path.join(args.out_dir or run_directory(), "backup")
+        args.backup_dir = os.path.join(args.out_dir or tfps.distribute.run_directory("stream-ctr"), "backup")
 
     config = tfps.distribute.tf_config()
     if args.pid_dir:

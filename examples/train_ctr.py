@@ -102,15 +102,6 @@ class EpochCheckpoint(keras.callbacks.Callback):
             save_relative_paths=True)
 
 
-def run_directory():
-    """A directory of this run's own: under tfps-launch one per launch, which the restarts
-    of its cluster share (so a restarted run finds its backups); else a fresh one."""
-    launch = os.environ.get("TFPS_LAUNCH_ID")
-    if launch:
-        return os.path.join(tempfile.gettempdir(), "tfps-train-ctr", launch)
-    return tempfile.mkdtemp(prefix="tfps-train-ctr-")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "tfps-criteo"))
@@ -147,7 +138,7 @@ def main():
             (tfps.distribute.tf_config() or {}).get("task", {}).get("type") == "evaluator":
         raise SystemExit("train_ctr.py: an evaluator task needs --checkpoint_dir or --out_dir (shared "
                          "with the chief)")
-    out_dir = args.out_dir or run_directory()
+    out_dir = args.out_dir or tfps.distribute.run_directory("train-ctr")
     args.checkpoint_dir = args.checkpoint_dir or os.path.join(out_dir, "checkpoints")
     if args.backup_dir is None:
         args.backup_dir = os.path.join(out_dir, "backup")

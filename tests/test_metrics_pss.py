@@ -5,7 +5,8 @@ reads what scikit-learn computes on the evaluated predictions."""
 import numpy as np
 import pytest
 
-from tests.auc_reference import exact_group_auc, exact_roc_auc, log_linear_buckets, sklearn_metrics
+from tests.auc_reference import (assert_metrics_read, exact_group_auc, exact_roc_auc, log_linear_buckets,
+                                  sklearn_metrics)
 from tests.cluster_run import run_cluster_program
 
 
@@ -38,10 +39,4 @@ def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
     # Against scikit-learn on the evaluated predictions: AUC within its documented 1e-4,
     # GroupAUC (256 buckets) within 1e-3, the sums to float32 rounding.
     expected = sklearn_metrics(labels, scores, groups, counts)
-    results = out["results"]
-    assert results["auc"] == pytest.approx(expected["auc"], abs=1e-4)
-    assert results["pr_auc"] == pytest.approx(expected["pr_auc"], abs=1e-4)
-    assert results["group_auc"] == pytest.approx(expected["group_auc"], abs=1e-3)
-    assert results["log_loss"] == pytest.approx(expected["log_loss"], rel=1e-5)
-    assert results["calibration"] == pytest.approx(expected["calibration"], rel=1e-5)
-    assert results["loss"] == pytest.approx(expected["log_loss"], rel=1e-4)
+    assert_metrics_read(out["results"], expected, sums_rel=1e-5)

@@ -1,7 +1,9 @@
 """Parameter-server clusters: an in-process local cluster for tests and demos."""
 
 import contextlib
+import os
 import socket
+import tempfile
 
 import tensorflow as tf
 
@@ -61,10 +63,19 @@ def local_cluster(num_workers=2, num_ps=2, variable_partitioner=None):
     del servers  # kept alive for the strategy's lifetime
 
 
+def run_directory(program):
+    """A directory of this run's own for `program`'s outputs: under tfps-launch one per
+    launch (TFPS_LAUNCH_ID), which the restarts of its cluster share, so a restarted run
+    finds its backups; else a fresh one."""
+    launch = os.environ.get("TFPS_LAUNCH_ID")
+    if launch:
+        return os.path.join(tempfile.gettempdir(), f"tfps-{program}", launch)
+    return tempfile.mkdtemp(prefix=f"tfps-{program}-")
+
+
 def tf_config():
     """The parsed TF_CONFIG environment variable, or None."""
     import json
-    import os
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         return None
