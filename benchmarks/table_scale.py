@@ -8,8 +8,9 @@
    stamps) against the bytes of the values and the slot alone, and the process RSS growth
    per row. Targets: at most 1.5x the values and slots at dim 16, 1.25x at dim 64.
 2. Step time as the table grows: one training step's table calls (find_or_insert of
-   STEP_KEYS unique keys, 7/8 of them with rows, then apply_gradients), median of REPEATS,
-   on one dim-16 Adagrad table grown to each of `--sizes` million rows in turn. Target: at
+   STEP_KEYS unique keys, 7/8 of them with rows, then apply_gradients), median of REPEATS
+   after WARM_UP untimed steps, on one dim-16 Adagrad table grown to each of `--sizes`
+   million rows in turn (TFPS_HUGE_PAGES=1: rows on transparent huge pages). Target: at
    the largest size within 1.2x of the smallest.
 
 Each part runs in its own child process, so the memory of one does not weigh on the next.
@@ -27,7 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-STEP_KEYS, REPEATS, FILL_BATCH = 8192, 60, 1 << 20
+STEP_KEYS, WARM_UP, REPEATS, FILL_BATCH = 8192, 20, 100, 1 << 20
 
 
 def fill(table, keys):
@@ -64,27 +65,28 @@ def step_time(sizes):
         table.apply_gradients(keys, grads[:tf.size(keys)], step=-1)
 
     inserted = 0
-    all_keys = common.uniform_keys(sizes[-1] * 1_000_000 + REPEATS * STEP_KEYS, seed=2)
+    all_keys = common.uniform_keys(sizes[-1] * 1_000_000 + len(sizes) * (WARM_UP + REPEATS) * STEP_KEYS, seed=2)
     fresh = sizes[-1] * 1_000_000  # keys from here on are new to the table
     for million in sizes:
         fill(table, all_keys[inserted:million * 1_000_000])
         inserted = million * 1_000_000
         batches = []
-        for r in range(REPEATS):
+        for r in range(WARM_UP + REPEATS):
             old = all_keys[rng.integers(0, inserted, STEP_KEYS - STEP_KEYS // 8)]
             new = all_keys[fresh + r * (STEP_KEYS // 8):fresh + (r + 1) * (STEP_KEYS // 8)]
             batches.append(tf.constant(np.unique(np.concatenate([old, new]))))
-        step(batches[0])  # traced once
+        for keys in batches[:WARM_UP]:  # traced, and the first steps' index growth done
+            step(keys)
         times = []
         with common.gc_paused():
-            for keys in batches:
+            for keys in batches[WARM_UP:]:
                 start = common.time.perf_counter()
                 step(keys)
                 times.append(common.time.perf_counter() - start)
         common.emit({"part": "step", "rows": int(table.size()), "step_keys": STEP_KEYS,
                      "median_ms": round(1e3 * float(np.median(times)), 3),
                      "p90_ms": round(1e3 * float(np.percentile(times, 90)), 3)})
-        # The new keys stay: the next size's fill starts where this left off.
+        fresh += (WARM_UP + REPEATS) * (STEP_KEYS // 8)  # the next size's steps bring other new keys
 
 
 def child(args):
