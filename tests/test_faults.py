@@ -1,9 +1,7 @@
-"""benchmarks/faults.py's rounds: the main job under tfps-launch with a task killed (or
-stopped) at a random moment, once per fault kind, and the streaming example (one backup
-chain across its chunks' fits) with a parameter server killed while it trains and while it
-restores. Each must end with exit code 0 and the job's last line, every restore equal row by
-row to the backup it came from, at most one backup interval lost per restore, and no process
-left behind."""
+"""benchmarks/faults.py's rounds: the main job or the streaming example under tfps-launch
+with a task killed (or stopped) at a random moment, once per fault kind. Each must end with
+exit code 0 and the job's last line, every restore equal row by row to the backup it came
+from, at most one backup interval lost per restore, and no process left behind."""
 
 import json
 import random
@@ -21,8 +19,15 @@ def data_dir(tmp_path_factory):
     return directory
 
 
-@pytest.mark.parametrize("job,kind", [("train", kind) for kind in faults.KINDS] +
-                         [("stream", "ps"), ("stream", "mid_restore")])
+# Each kind once: the main job for a killed parameter server, worker or chief and a kill
+# mid-backup; the stream (one chain across its chunks' fits) for a kill mid-restore (after
+# a killed parameter server) and a stopped parameter server.
+ROUNDS = [("train", "ps"), ("train", "worker"), ("train", "chief"), ("train", "mid_backup"),
+          ("stream", "mid_restore"), ("stream", "stopped_ps")]
+assert sorted(kind for _, kind in ROUNDS) == sorted(faults.KINDS)
+
+
+@pytest.mark.parametrize("job,kind", ROUNDS)
 def test_the_job_survives_a_fault_of_each_kind(tmp_path, data_dir, job, kind):
     result = faults.run_round(kind, faults.JOBS[job], 0, random.Random(kind), str(tmp_path), data_dir)
     print(json.dumps(result))
