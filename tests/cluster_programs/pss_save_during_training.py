@@ -3,13 +3,14 @@ applying known gradients to an SGD and an Adam table sharded over 2 parameter se
 
 Every worker closure applies to each of KEYS keys, ROUNDS times, the same gradient
 (gradient(key, i) below), so each row passes through a known sequence of states; the
-chief writes a checkpoint of both tables every SAVE_EVERY_S seconds until the closures are
-done. Prints the checkpoint paths and the run's constants as JSON; the test restores each
+chief writes a checkpoint of both tables each time the SGD table's clock (its applies, on
+the busier shard) passes another SAVE_EVERY applies, until the closures are done. Prints the checkpoint paths and the run's constants as JSON; the test restores each
 and checks every row against the states it passed through."""
 
 import json
 import os
 import sys
+import threading
 import time
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
@@ -20,7 +21,8 @@ import tensorflow as tf  # noqa: E402
 import tfps  # noqa: E402
 from tfps.sharded_table import ShardedTable  # noqa: E402
 
-KEYS, DIM, ROUNDS, CLOSURES, LEARNING_RATE, SAVE_EVERY_S, MAX_SAVES = 1000, 4, 10, 60, 0.01, 0.05, 12
+KEYS, DIM, ROUNDS, CLOSURES, LEARNING_RATE, SAVE_EVERY, MAX_SAVES = 1000, 4, 10, 60, 0.01, 50, 11
+WAIT_S = 120  # the longest a save waits for its clock
 
 
 def gradient(keys):
@@ -56,7 +58,10 @@ def main(directory):
         checkpoint = tf.train.Checkpoint(**tables)
         saves = []
         while not coordinator.done() and len(saves) < MAX_SAVES:
-            time.sleep(SAVE_EVERY_S)
+            target, deadline = (len(saves) + 1) * SAVE_EVERY, time.monotonic() + WAIT_S
+            while (tables["sgd"].stats()["clock"] < target and not coordinator.done()
+                   and time.monotonic() < deadline):
+                threading.Event().wait(0.005)
             saves.append(checkpoint.write(os.path.join(directory, f"during-{len(saves)}")))
         coordinator.join()
         saves.append(checkpoint.write(os.path.join(directory, "after")))
