@@ -50,8 +50,9 @@ def _refuse_densifying(value, dtype=None, name=None, as_ref=False):  # pylint: d
 
 def _adding(original_add):
     def add(self, other):
-        if _table_gradient_shape(self) is not None:
-            raise TypeError(_REFUSAL.format(shape=_table_gradient_shape(self), what="+"))
+        shape = _table_gradient_shape(self)
+        if shape is not None:
+            raise TypeError(_REFUSAL.format(shape=shape, what="+"))
         return original_add(self, other) if original_add is not None else NotImplemented
     setattr(add, _PATCHED_ATTRIBUTE, True)
     return add
@@ -62,8 +63,7 @@ def install():
     `+`, `Tensor + gradient`, `variable.assign_add(gradient)`) an error naming
     GradientAccumulator, instead of TensorFlow's "segment_ids out of range" or "unsupported
     operand" (idempotent; other IndexedSlices convert and add as before)."""
-    if not getattr(tf.IndexedSlices.__add__ if hasattr(tf.IndexedSlices, "__add__") else None,
-                   _PATCHED_ATTRIBUTE, False):
+    if not getattr(getattr(tf.IndexedSlices, "__add__", None), _PATCHED_ATTRIBUTE, False):
         tf.register_tensor_conversion_function(tf.IndexedSlices, _refuse_densifying, priority=99)
         tf.IndexedSlices.__add__ = _adding(tf.IndexedSlices.__dict__.get("__add__"))
 
