@@ -41,9 +41,10 @@ __global__ void SetClockKernel(int64_t* clock, int64_t value) {
   if (GlobalThread() == 0) *clock = value;
 }
 
-// Applies each distinct key's gradients (grads [n, dim]) to its row, inserting fresh rows'
+// Applies each distinct key's gradient (grads [n, dim]) to its row, inserting fresh rows'
 // initial values and slots first. The accumulators hold occurrence counts
-// (GroupFold::kCount).
+// (GroupFold::kCount); a repeated key gets only its initial values here, and its updates
+// from ApplyRepeatedKernel, which runs next.
 __global__ void ApplyKernel(TableView t, RowInit init, const uint64_t* keys, int64_t n, BatchView b,
                             const float* grads, const uint32_t* refused) {
   const int64_t g = GlobalThread();
@@ -57,12 +58,49 @@ __global__ void ApplyKernel(TableView t, RowInit init, const uint64_t* keys, int
     *value = InitialValue(init.initializer, init.seed, keys[i], e);
     InitializeSlots(t, init.optimizer, slot, e);
   }
-  const uint64_t count = b.acc[i];
-  const uint32_t step = t.opt_steps != nullptr ? t.opt_steps[slot] : 0;
-  for (uint64_t k = 0; k < count; ++k) {
-    const int64_t from = Occurrence(b, i, count, k);
-    const uint32_t row_step = t.opt_steps != nullptr ? SaturatingAdd(step, k + 1) : 1;
-    ApplyRow(init.optimizer, 1, grads + from * t.dim + e, value, slots, row_step);
+  if (b.acc[i] != 1) return;
+  const uint32_t step = t.opt_steps != nullptr ? SaturatingAdd(t.opt_steps[slot], 1) : 1;
+  ApplyRow(init.optimizer, 1, grads + i * t.dim + e, value, slots, step);
+}
+
+// A repeated key's walk is the call's longest chain (a hot key of a power-law batch
+// repeats tens of thousands of times), so it has a kernel of its own, whose registers do
+// not weigh on ApplyKernel: the element and its slots stay in registers along the walk,
+// and its gradients are loaded kGradientsAhead at a time, so the loads of a group wait for
+// memory together rather than one after another. A grid of at most kRepeatedThreads
+// strides over the (repeated key, element) pairs.
+constexpr int kGradientsAhead = 16;
+constexpr int kMaxSlots = 2;  // optimizer.h NumSlots
+constexpr int64_t kRepeatedThreads = int64_t{1} << 20;
+
+__global__ void ApplyRepeatedKernel(TableView t, OptimizerConfig optimizer, BatchView b,
+                                    const float* grads, const uint32_t* refused) {
+  if (*refused != 0) return;
+  const uint64_t pairs = *b.repeats * t.dim, stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint32_t* sorted = SortedList(b);
+  for (uint64_t pair = static_cast<uint64_t>(GlobalThread()); pair < pairs; pair += stride) {
+    const uint32_t i = b.repeated[pair / t.dim];
+    const int e = static_cast<int>(pair % t.dim);
+    const uint64_t slot = b.slot[i], count = b.acc[i];
+    float* value = t.values + slot * t.dim + e;
+    float* slots = t.slots + (slot * t.dim + e) * t.num_slots;
+    const uint32_t step = t.opt_steps != nullptr ? t.opt_steps[slot] : 0;
+    float element = *value, element_slots[kMaxSlots];
+    for (int s = 0; s < t.num_slots; ++s) element_slots[s] = slots[s];
+    for (uint64_t first = 0; first < count; first += kGradientsAhead) {
+      float g[kGradientsAhead];
+      for (int j = 0; j < kGradientsAhead; ++j) {
+        g[j] = first + j < count ? grads[Occurrence(b, sorted, i, count, first + j) * t.dim + e]
+                                 : 0.0f;
+      }
+      for (int j = 0; j < kGradientsAhead && first + j < count; ++j) {
+        const uint32_t row_step =
+            t.opt_steps != nullptr ? SaturatingAdd(step, first + j + 1) : 1;
+        ApplyRow(optimizer, 1, &g[j], &element, element_slots, row_step);
+      }
+    }
+    *value = element;
+    for (int s = 0; s < t.num_slots; ++s) slots[s] = element_slots[s];
   }
 }
 

@@ -10,7 +10,10 @@
 // the table: the keys of that launch are distinct, as hash_index.h requires. For an apply,
 // ListKernels gather the occurrences of each repeated key in input order (a segment per
 // key, filled by atomics, then sorted) so its updates run in the order the CPU table runs
-// them.
+// them. The sort is a merge sort of every segment at once, one launch per doubling of the
+// sorted runs, each place finding its new one by a binary search in the run it merges with:
+// no thread walks a hot key's segment alone, which on a power-law batch (a key repeated
+// tens of thousands of times) would take the whole call's time.
 #ifndef TFPS_CORE_GPU_BATCH_KERNELS_H_
 #define TFPS_CORE_GPU_BATCH_KERNELS_H_
 
@@ -31,7 +34,11 @@ struct BatchView {
   uint8_t* fresh;              // [n] per representative: the call inserted the key
   uint32_t* cursor;            // [n] apply: per repeated key, next free place in its segment
   uint32_t* list;              // [n] apply: occurrences of repeated keys, one segment each
-  unsigned long long* listed;  // apply: places of `list` handed out so far
+  uint32_t* merged;            // [n] apply: the merge sort's other buffer
+  uint32_t* repeated;          // [n] apply: the representatives of repeated keys
+  unsigned long long* listed;  // apply: places of `list` handed out so far; then, in turn,
+  unsigned long long* longest;  // the most occurrences of one key,
+  unsigned long long* repeats;  // and the number of repeated keys
 };
 
 enum class GroupFold : int {
@@ -131,12 +138,16 @@ __global__ void RemoveKernel(TableView t, const uint64_t* keys, int64_t n,
 // Each representative's accumulator holds its key's occurrence count (GroupFold::kCount).
 
 // A segment of `list` per repeated key; its cursor starts at the segment's first place.
+// Also lists the repeated keys and finds the longest segment.
 __global__ void ListSegmentKernel(int64_t n, BatchView b) {
   const int64_t i = GlobalThread();
   if (i >= n || !IsRepresentative(b, i) || b.acc[i] < 2) return;
   b.cursor[i] = static_cast<uint32_t>(atomicAdd(b.listed, b.acc[i]));
+  atomicMax(b.longest, b.acc[i]);
+  b.repeated[atomicAdd(b.repeats, 1ull)] = static_cast<uint32_t>(i);
 }
 
+// Fills the segments in arbitrary order; the cursors end at their segments' ends.
 __global__ void ListScatterKernel(int64_t n, BatchView b) {
   const int64_t i = GlobalThread();
   if (i >= n) return;
@@ -145,43 +156,63 @@ __global__ void ListScatterKernel(int64_t n, BatchView b) {
   b.list[atomicAdd(&b.cursor[rep], 1u)] = static_cast<uint32_t>(i);
 }
 
-// Restores input order within each segment (the scatter's order is arbitrary): insertion
-// sort for short segments, heapsort otherwise, in place.
-__global__ void ListSortKernel(int64_t n, BatchView b) {
-  const int64_t i = GlobalThread();
-  if (i >= n || !IsRepresentative(b, i) || b.acc[i] < 2) return;
-  const int64_t count = static_cast<int64_t>(b.acc[i]);
-  uint32_t* a = b.list + (b.cursor[i] - count);  // the cursor ended at the segment's end
-  if (count <= 32) {
-    for (int64_t k = 1; k < count; ++k) {
-      const uint32_t v = a[k];
-      int64_t j = k;
-      for (; j > 0 && a[j - 1] > v; --j) a[j] = a[j - 1];
-      a[j] = v;
+// Merge passes a segment of `count` places needs: its runs of 1, 2, 4, ... places are
+// merged until one run holds it.
+TFPS_DEVICE int MergePasses(uint64_t count) {
+  int passes = 0;
+  while ((uint64_t{1} << passes) < count) ++passes;
+  return passes;
+}
+
+// One pass of the merge sort of every segment (run `width`, a power of two): within each
+// segment the runs [r width, (r + 1) width) of `from` are sorted, and each pair of them is
+// merged into `to`. Pass k of ListMergePasses(longest) runs; later ones return, so the
+// sorted lists end in `list` after an even number of passes and in `merged` after an odd
+// one (SortedList). Places hold distinct batch positions, so a binary search gives each one
+// its rank in the other run of its pair.
+// A grid of at most kMergeThreads strides over the places, so that a pass past the longest
+// segment (most of them when few keys repeat) costs little more than its launch.
+constexpr int64_t kMergeThreads = int64_t{1} << 16;
+
+TFPS_DEVICE void MergePlace(const BatchView& b, const uint32_t* from, uint32_t* to, uint64_t width,
+                            uint64_t p) {
+  const uint32_t position = from[p];
+  const uint32_t rep = b.rep[position];
+  const uint64_t count = b.acc[rep];
+  const uint64_t start = b.cursor[rep] - count;
+  const uint64_t offset = p - start, run = offset / width;
+  uint64_t low = (run ^ 1) * width, high = low + width < count ? low + width : count;
+  const uint64_t other_start = low;
+  while (low < high) {
+    const uint64_t mid = (low + high) / 2;
+    if (from[start + mid] < position) {
+      low = mid + 1;
+    } else {
+      high = mid;
     }
-    return;
   }
-  auto sift_down = [a](int64_t root, int64_t end) {
-    for (int64_t child; (child = 2 * root + 1) < end; root = child) {
-      if (child + 1 < end && a[child] < a[child + 1]) ++child;
-      if (a[root] >= a[child]) return;
-      const uint32_t v = a[root];
-      a[root] = a[child];
-      a[child] = v;
-    }
-  };
-  for (int64_t start = count / 2 - 1; start >= 0; --start) sift_down(start, count);
-  for (int64_t end = count - 1; end > 0; --end) {
-    const uint32_t v = a[0];
-    a[0] = a[end];
-    a[end] = v;
-    sift_down(0, end);
+  const uint64_t rank = other_start < count ? low - other_start : 0;
+  to[start + (run & ~uint64_t{1}) * width + (offset - run * width) + rank] = position;
+}
+
+__global__ void ListMergeKernel(BatchView b, const uint32_t* from, uint32_t* to, uint64_t width) {
+  if (width >= *b.longest) return;
+  const uint64_t listed = *b.listed, stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t p = static_cast<uint64_t>(GlobalThread()); p < listed; p += stride) {
+    MergePlace(b, from, to, width, p);
   }
 }
 
-// Occurrence k (0-based, input order) of the key whose representative is `rep`.
-TFPS_DEVICE int64_t Occurrence(const BatchView& b, int64_t rep, uint64_t count, uint64_t k) {
-  return count == 1 ? rep : static_cast<int64_t>(b.list[b.cursor[rep] - count + k]);
+// The buffer that holds the sorted segments once the merge passes have run.
+TFPS_DEVICE const uint32_t* SortedList(const BatchView& b) {
+  return MergePasses(*b.longest) % 2 == 0 ? b.list : b.merged;
+}
+
+// Occurrence k (0-based, input order) of the key whose representative is `rep`; `sorted`
+// is SortedList(b).
+TFPS_DEVICE int64_t Occurrence(const BatchView& b, const uint32_t* sorted, int64_t rep,
+                               uint64_t count, uint64_t k) {
+  return count == 1 ? rep : static_cast<int64_t>(sorted[b.cursor[rep] - count + k]);
 }
 
 }  // namespace gpu

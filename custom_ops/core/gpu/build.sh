@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the TF-free GPU table harness and benchmark with nvcc into OUT_DIR (default
+# Builds the TF-free GPU table harness and the two GPU benchmarks with nvcc into OUT_DIR (default
 # build/gpu). CUDA_ARCH picks the GPU (default sm_90: H100 and H200). Needs only CUDA.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -15,6 +15,7 @@ pids=()
 "$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/gpu_table.cu.cc -o "$OUT/gpu_table.o" & pids+=($!)
 "$NVCC" "${CU_FLAGS[@]}" -x cu -c custom_ops/core/gpu/tests/gpu_table_harness.cu.cc -o "$OUT/harness.o" & pids+=($!)
 "$NVCC" "${CU_FLAGS[@]}" -x cu -c benchmarks/gpu_table.cu.cc -o "$OUT/benchmark.o" & pids+=($!)
+"$NVCC" "${CU_FLAGS[@]}" -x cu -c benchmarks/gpu_training_step.cu.cc -o "$OUT/training_step.o" & pids+=($!)
 CORE=()
 for source in custom_ops/core/*.cc; do  # the CPU table the harness compares against
   g++ "${CXX_FLAGS[@]}" -c "$source" -o "$OUT/$(basename "$source" .cc).o" & pids+=($!)
@@ -22,5 +23,6 @@ for source in custom_ops/core/*.cc; do  # the CPU table the harness compares aga
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 "$NVCC" -arch="$ARCH" "$OUT/harness.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_harness" -lpthread
-"$NVCC" -arch="$ARCH" "$OUT/benchmark.o" "$OUT/gpu_table.o" -o "$OUT/gpu_table_benchmark"
-echo "built $OUT/gpu_table_harness and $OUT/gpu_table_benchmark"
+"$NVCC" -arch="$ARCH" "$OUT/benchmark.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_benchmark" -lpthread
+"$NVCC" -arch="$ARCH" "$OUT/training_step.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_training_step" -lpthread
+echo "built $OUT/gpu_table_harness, $OUT/gpu_table_benchmark and $OUT/gpu_training_step"

@@ -243,10 +243,14 @@ Status GpuTable::EnsureScratch(const char* op, cudaStream_t stream, int64_t n) {
   block.Add(&grown.view.fresh, keys);
   block.Add(&grown.view.cursor, keys);
   block.Add(&grown.view.list, keys);
+  block.Add(&grown.view.merged, keys);
+  block.Add(&grown.view.repeated, keys);
   TFPS_GPU_RETURN_IF_ERROR(
       block.Allocate(op, "a batch of " + std::to_string(keys) + " keys", stream, &grown.block));
   grown.keys = static_cast<int64_t>(keys);
   grown.view.listed = scalars_ + 1;
+  grown.view.longest = scalars_ + 2;
+  grown.view.repeats = scalars_ + 3;
   std::swap(*scratch_, grown);
   return FreeBlock(op, stream, &grown.block);
 }
@@ -328,13 +332,24 @@ Status GpuTable::ApplyGradients(cudaStream_t stream, const uint64_t* keys, int64
       BatchView b;
       TFPS_GPU_RETURN_IF_ERROR(GroupAndClaim(kOp, stream, keys, n, GroupFold::kCount, nullptr,
                                              ClaimMetadata{false, nullptr, nullptr}, refused_, &b));
-      TFPS_RETURN_IF_CUDA_ERROR(kOp, "clearing the occurrence list",
-                                cudaMemsetAsync(b.listed, 0, sizeof(*b.listed), stream));
+      TFPS_RETURN_IF_CUDA_ERROR(
+          kOp, "clearing the occurrence list",
+          cudaMemsetAsync(b.listed, 0, 3 * sizeof(*b.listed), stream));  // and longest, repeats
       TFPS_GPU_RETURN_IF_ERROR(TFPS_LAUNCH(kOp, ListSegmentKernel, n, stream, n, b));
       TFPS_GPU_RETURN_IF_ERROR(TFPS_LAUNCH(kOp, ListScatterKernel, n, stream, n, b));
-      TFPS_GPU_RETURN_IF_ERROR(TFPS_LAUNCH(kOp, ListSortKernel, n, stream, n, b));
+      // As many passes as the longest possible segment needs; those past the longest
+      // actual one return at once (the host does not wait to learn it).
+      uint32_t* from = b.list;
+      uint32_t* to = b.merged;
+      for (uint64_t width = 1; width < static_cast<uint64_t>(n); width *= 2, std::swap(from, to)) {
+        TFPS_GPU_RETURN_IF_ERROR(TFPS_LAUNCH(kOp, ListMergeKernel, std::min(n, kMergeThreads),
+                                             stream, b, from, to, width));
+      }
       TFPS_GPU_RETURN_IF_ERROR(TFPS_LAUNCH(kOp, ApplyKernel, n * dim, stream, View(),
                                            MakeRowInit(optimizer), keys, n, b, grads, refused_));
+      TFPS_GPU_RETURN_IF_ERROR(TFPS_LAUNCH(kOp, ApplyRepeatedKernel,
+                                           std::min(n * dim, kRepeatedThreads), stream, View(),
+                                           optimizer, b, grads, refused_));
       TFPS_GPU_RETURN_IF_ERROR(
           TFPS_LAUNCH(kOp, RecordStepKernel, n, stream, View(), n, b, step, clock_, refused_));
     }

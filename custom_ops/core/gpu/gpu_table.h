@@ -8,7 +8,7 @@
 // first group their batch by key (batch_kernels.h), so the keys one launch inserts are
 // distinct, no GPU thread ever waits for another, and a key repeated in a batch resolves
 // to one row; an apply then walks each repeated key's gradients in input order. Per-call
-// scratch (about 33 bytes per key of the largest batch so far) is kept by the table.
+// scratch (about 45 bytes per key of the largest batch so far) is kept by the table.
 //
 // Calling it. Pointers to keys, values, gradients and outputs are device pointers; scalar
 // results (Size, Remove's count, Export's row count and cursor, the apply verdict) come
@@ -182,7 +182,7 @@ class GpuTable {
   void* state_block_ = nullptr;            // device: the three below
   int64_t* clock_ = nullptr;               // count of applied calls
   uint32_t* refused_ = nullptr;            // this apply's gradients are not all finite
-  unsigned long long* scalars_ = nullptr;  // removal count, occurrence-list places
+  unsigned long long* scalars_ = nullptr;  // removal count; occurrence-list places, longest, repeats
   cudaEvent_t done_ = nullptr;             // recorded at the end of every call
   cudaStream_t last_stream_ = nullptr;
   bool any_call_ = false;

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and CUDA (no TensorFlow needed): builds and runs the
-# GPU-vs-CPU table harness, then the GPU table benchmark.
+# GPU-vs-CPU table harness, the table benchmark at load factors 0.5 and 0.9, and the
+# training-step benchmark at 10M and 100M rows; then the harness's smaller batches under
+# compute-sanitizer's memcheck where it is installed. docs/gpu.md has the figures.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-OUT_DIR="${OUT_DIR:-build/gpu}" bash custom_ops/core/gpu/build.sh
-"${OUT_DIR:-build/gpu}/gpu_table_harness"
-"${OUT_DIR:-build/gpu}/gpu_table_benchmark"
+BUILD="${OUT_DIR:-build/gpu}"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv,noheader || true
+OUT_DIR="$BUILD" bash custom_ops/core/gpu/build.sh
+"$BUILD/gpu_table_harness"
+"$BUILD/gpu_table_benchmark"
+"$BUILD/gpu_training_step"
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 "$BUILD/gpu_table_harness" --quick
+fi

@@ -2,10 +2,11 @@
 // they return and hold the same rows, slots and metadata: every operation, every
 // optimizer, growth far past the initial capacity, removes and reinserts, chunked export
 // and import, the clock and negative steps, learning-rate overrides, refused non-finite
-// gradients, heavily repeated keys, concurrent callers, and error statuses. Built by nvcc
-// for a GPU (custom_ops/core/gpu/run_on_gpu.sh), or by g++ with TFPS_GPU_EMULATION to run
-// the kernels on CPU threads (run_emulated.sh; CI does). `--quick` runs smaller batches
-// (for ThreadSanitizer). Prints "N passed, M failed"; exits non-zero on any failure.
+// gradients, heavily repeated keys, concurrent callers, the op sequence of
+// tests/test_gpu_kernels.py for every optimizer and both key types, and error statuses.
+// Built by nvcc for a GPU (custom_ops/core/gpu/run_on_gpu.sh), or by g++ with
+// TFPS_GPU_EMULATION to run the kernels on CPU threads (run_emulated.sh; CI does).
+// `--quick` runs smaller batches (for ThreadSanitizer and compute-sanitizer). Prints "N passed, M failed"; exits non-zero on any failure.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "custom_ops/core/gpu/tests/harness_support.h"
@@ -312,6 +314,82 @@ void TestConcurrentCallers() {
   t.ExpectSameState("after concurrent calls");
 }
 
+// The sequence tests/test_gpu_kernels.py drives through TensorFlow's ops, on the tables
+// themselves: find_or_insert with occurrence counts (keys repeated in the call), applies
+// at the clock with learning-rate overrides, find of present and absent keys, insert,
+// remove of present and absent keys, the clock set and stepped, export in chunks of 7 and
+// import into a fresh pair, clear. Keys with the top bit set stand for the op's uint64
+// keys (int64 keys reach the table as their bits).
+void TestTensorFlowOpSequence(const std::string& name, const TableConfig& config, bool top_bit) {
+  current_case = "op sequence: " + name + (top_bit ? ", uint64 keys" : ", int64 keys");
+  TablePair t(config, 64);
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < 40; ++i) keys.push_back((rng() >> 2) | (top_bit ? uint64_t{1} << 63 : 0));
+  keys.insert(keys.end(), keys.begin(), keys.begin() + 10);  // repeated within one call
+  std::shuffle(keys.begin(), keys.end(), rng);
+  std::vector<int64_t> occurrences;
+  for (size_t i = 0; i < keys.size(); ++i) occurrences.push_back(1 + static_cast<int64_t>(rng() % 3));
+  t.FindOrInsert(keys, occurrences);
+  for (float rate : {-1.0f, 0.05f, 0.2f}) ApplyNormal(t, rng, keys, -1, rate);
+  std::vector<uint64_t> absent;
+  for (int i = 0; i < 5; ++i) absent.push_back(rng() >> 2);
+  std::vector<uint64_t> probe(keys.begin(), keys.begin() + 8);
+  probe.insert(probe.end(), absent.begin(), absent.end());
+  t.Find(probe);
+  const std::vector<uint64_t> inserted(keys.begin(), keys.begin() + 3);
+  t.Insert(inserted, Normal(rng, inserted.size() * config.dim));
+  // keys[3:9] may repeat a key of keys[:3] or of each other: the CPU table's count rules.
+  std::vector<uint64_t> removed(keys.begin() + 3, keys.begin() + 9);
+  removed.insert(removed.end(), absent.begin(), absent.end());
+  t.Remove(removed);
+  t.ExpectSameState("after insert and remove");
+  t.cpu().SetApplyCalls(100);
+  ExpectOk(t.gpu().SetApplyCalls(t.stream(), 100), "set the clock");
+  const std::vector<uint64_t> stepped(keys.begin() + 20, keys.begin() + 25);
+  t.Apply(stepped, std::vector<float>(stepped.size() * config.dim, 1.0f), -1);
+  t.ExpectSameState("after the clock was set and stepped");
+  Expect(t.cpu().ApplyCalls() == 101, "the clock reads 101 after one apply past 100");
+
+  const Rows exported =
+      SortedByKey(GpuRowsInSlotOrder(t.gpu(), t.stream(), rng, /*fixed_chunk=*/7), config.dim,
+                  t.cpu().num_slots());
+  TablePair copy(config, 64);
+  const ExportChunk cpu_rows = t.cpu().Export(0, INT64_MAX);
+  const std::vector<uint64_t> cpu_keys(cpu_rows.keys.begin(), cpu_rows.keys.end());
+  copy.cpu().Import(cpu_keys.data(), cpu_keys.size(), cpu_rows.values.data(),
+                    cpu_rows.slots.data(), cpu_rows.metadata.data(), SerialParallelFor());
+  DeviceArray<uint64_t> d_keys(exported.keys);
+  DeviceArray<float> d_values(exported.values), d_slots(exported.slots);
+  DeviceArray<int64_t> d_metadata(exported.metadata);
+  ExpectOk(copy.gpu().Import(copy.stream(), d_keys.get(), exported.keys.size(), d_values.get(),
+                             d_slots.get(), d_metadata.get()),
+           "import the chunks of 7");
+  copy.cpu().SetApplyCalls(t.cpu().ApplyCalls());
+  ExpectOk(copy.gpu().SetApplyCalls(copy.stream(), t.cpu().ApplyCalls()), "copy the clock");
+  copy.ExpectSameState("imported from chunks of 7");
+  const Rows reimported = SortedByKey(GpuRowsInSlotOrder(copy.gpu(), copy.stream(), rng, 1000),
+                                      config.dim, t.cpu().num_slots());
+  Expect(reimported.keys == exported.keys && reimported.values == exported.values &&
+             reimported.slots == exported.slots && reimported.metadata == exported.metadata,
+         "the imported GPU table exports exactly the rows it was given");
+  if (config.optimizer.l1 > 0) {
+    const std::vector<float>& cpu_values = CpuRows(t.cpu()).values;
+    size_t zeros = 0;
+    bool same_mask = cpu_values.size() == exported.values.size();
+    for (size_t i = 0; same_mask && i < cpu_values.size(); ++i) {
+      same_mask = (cpu_values[i] == 0.0f) == (exported.values[i] == 0.0f);
+      zeros += cpu_values[i] == 0.0f;
+    }
+    Expect(same_mask, "FTRL's L1 zeroes the same coordinates on both tables");
+    Expect(zeros * 5 > cpu_values.size(), "FTRL's L1 zeroes over a fifth of the coordinates");
+  }
+  t.cpu().Clear(false);
+  ExpectOk(t.gpu().Clear(t.stream()), "clear");
+  t.ExpectSameState("after clear");
+  Expect(t.cpu().Size() == 0, "empty after clear");
+}
+
 void TestErrors() {
   current_case = "errors";
   cudaStream_t stream;
@@ -409,6 +487,18 @@ int main(int argc, char** argv) {
   TestClockAndRefusals(Config(O::kAdam, I::kUniform, 4));
   TestClear(Config(O::kAdagrad, I::kUniform, 8));
   TestConcurrentCallers();
+  TableConfig ftrl_l1 = Config(O::kFtrl, I::kUniform, 4);
+  ftrl_l1.optimizer.learning_rate = 0.5f;
+  ftrl_l1.optimizer.l1 = 1.0f;  // as large as the gradients: coordinates set exactly to 0
+  const std::pair<std::string, TableConfig> sequences[] = {
+      {"sgd", Config(O::kSgd, I::kUniform, 4)},
+      {"adagrad", Config(O::kAdagrad, I::kUniform, 4)},
+      {"adam", Config(O::kAdam, I::kTruncatedNormal, 4)},
+      {"ftrl", Config(O::kFtrl, I::kUniform, 4)},
+      {"ftrl l1", ftrl_l1}};
+  for (const auto& [name, config] : sequences) {
+    for (bool top_bit : {false, true}) TestTensorFlowOpSequence(name, config, top_bit);
+  }
   TestErrors();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

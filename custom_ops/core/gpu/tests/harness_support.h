@@ -136,9 +136,10 @@ inline Rows CpuRows(const Table& table) {
   return SortedByKey(rows, table.dim(), table.num_slots());
 }
 
-// The whole GPU table through chunked exports of random sizes (in slot order, as it
-// comes), or an empty Rows if an export fails.
-inline Rows GpuRowsInSlotOrder(GpuTable& table, cudaStream_t stream, std::mt19937_64& rng) {
+// The whole GPU table through chunked exports (in slot order, as it comes) of random
+// sizes, or of `fixed_chunk` rows when it is positive; an empty Rows if an export fails.
+inline Rows GpuRowsInSlotOrder(GpuTable& table, cudaStream_t stream, std::mt19937_64& rng,
+                               int64_t fixed_chunk = 0) {
   Rows rows;
   int64_t size = 0;
   if (!ExpectOk(table.Size(stream, &size), "size before export")) return rows;
@@ -146,7 +147,8 @@ inline Rows GpuRowsInSlotOrder(GpuTable& table, cudaStream_t stream, std::mt1993
   const int64_t max_chunk = std::max<int64_t>(1, size / 3 + 1);
   int64_t cursor = 0;
   do {
-    const int64_t chunk = static_cast<int64_t>(rng() % (max_chunk + 1));  // 0-row chunks too
+    const int64_t chunk = fixed_chunk > 0 ? fixed_chunk
+                                          : static_cast<int64_t>(rng() % (max_chunk + 1));  // 0-row chunks too
     DeviceArray<uint64_t> keys(chunk);
     DeviceArray<float> values(chunk * dim), slots(chunk * width);
     DeviceArray<int64_t> metadata(chunk * kMetadataColumns);
@@ -264,13 +266,15 @@ class TablePair {
     ExpectOk(gpu_->Insert(stream_, d_keys.get(), keys.size(), d_values.get()), "insert");
   }
 
-  void Remove(const std::vector<uint64_t>& keys) {
+  // Returns the GPU's count of removed keys.
+  int64_t Remove(const std::vector<uint64_t>& keys) {
     const int64_t expected = cpu_.Remove(keys.data(), keys.size(), serial_);
     DeviceArray<uint64_t> d_keys(keys);
     int64_t removed = -1;
     ExpectOk(gpu_->Remove(stream_, d_keys.get(), keys.size(), &removed), "remove");
     Expect(removed == expected, "removed count (cpu " + std::to_string(expected) + ", gpu " +
                                     std::to_string(removed) + ")");
+    return removed;
   }
 
   // Both tables hold the same rows, size and clock; the GPU's read by chunked export.
