@@ -7,9 +7,10 @@ import tf_keras as keras
 
 from tfps import arguments
 from tfps import keras3_guard
+from tfps.early_stopping import EarlyStopping
 from tfps.incremental_backup import IncrementalBackup, ResumePoint
 
-__all__ = ["IncrementalBackup", "ResumePoint", "TableStats"]
+__all__ = ["EarlyStopping", "IncrementalBackup", "ResumePoint", "TableStats"]
 
 class TableStats(keras.callbacks.Callback):
     """Logs the statistics of every DynamicEmbedding's table while a model trains.

@@ -229,22 +229,64 @@ def _check_then_restore(shards, reads, chain="", continue_chain=True):
                                 for i, (table_shard, read) in enumerate(zip(shards, reads))])
 
 
+def _save_shard(shards, i, path):
+    """Shard i writes its row file to `path` from its own device, as a snapshot: it belongs
+    to no chain of saves, so incremental checkpoints are not disturbed. Returns the rows."""
+    shard = shards[i]
+    with tf.device(shard.resource_handle.device):
+        return ops.tfps_table_save(shard.resource_handle, path, i, len(shards), 0, snapshot=True).rows
+
+
+def _erase(shard, path):
+    """Empties `path` from the shard's own device: an in-memory (ram://) file lives in the
+    process that wrote it."""
+    with tf.device(shard.resource_handle.device):
+        tf.io.write_file(path, "")
+
+
 def snapshot(table):
     """Each shard's row file (rows, and the admission and eviction state), as bytes, with
     its row count: for archives that hold a table themselves (.keras). Eager. Each shard
-    writes its file into its own process' memory (ram://) and sends it over; a snapshot
-    belongs to no chain of saves, so incremental checkpoints are not disturbed."""
+    writes its file into its own process' memory (ram://) and sends it over."""
     shards = _shards(table)
     tag = uuid.uuid4().hex
 
     def one(i, shard):
         path = f"ram://tfps-snapshot/{tag}/shard-{i}"
+        rows = _save_shard(shards, i, path)
         with tf.device(shard.resource_handle.device):
-            rows = ops.tfps_table_save(shard.resource_handle, path, i, len(shards), 0, snapshot=True).rows
             data = tf.io.read_file(path)
-            tf.io.write_file(path, "")  # the in-memory file system keeps nothing
+        _erase(shard, path)
         return data.numpy(), int(rows)
     return on_every_shard([functools.partial(one, i, shard) for i, shard in enumerate(shards)])
+
+
+class SnapshotInPlace:
+    """A table's rows kept where they are: each shard writes its row file into its own
+    process' memory (ram://), or under `directory`, and restores from it later; no row
+    passes through the caller. Eager. For keeping a state to go back to within one process
+    (the best epoch of an EarlyStopping); checkpoints are for anything that must outlive it."""
+
+    def __init__(self, table, directory=None):
+        self._shards = _shards(table)
+        tag = uuid.uuid4().hex
+        root = (f"ram://tfps-snapshot/{tag}/" if directory is None
+                else os.path.join(directory, f"tfps-snapshot-{tag}-"))
+        self._paths = [f"{root}shard-{i}" for i in range(len(self._shards))]
+        self._rows = on_every_shard([functools.partial(_save_shard, self._shards, i, path)
+                                     for i, path in enumerate(self._paths)])
+
+    def restore(self):
+        """Replaces the table's rows with the snapshot's (each file checked first)."""
+        reads = [(tf.constant([path]), tf.reshape(tf.cast(rows, tf.int64), [1]))
+                 for path, rows in zip(self._paths, self._rows)]
+        _check_then_restore(self._shards, reads, continue_chain=False)
+
+    def discard(self):
+        for shard, path in zip(self._shards, self._paths):
+            _erase(shard, path)
+            if not path.startswith("ram://") and tf.io.gfile.exists(path):
+                tf.io.gfile.remove(path)
 
 
 def restore_snapshot(table, files):
@@ -267,9 +309,8 @@ def restore_snapshot(table, files):
         _check_then_restore(shards, reads, continue_chain=False)
     finally:
         for shard, paths in placed:
-            with tf.device(shard.resource_handle.device):
-                for path in paths:
-                    tf.io.write_file(path, "")
+            for path in paths:
+                _erase(shard, path)
 
 
 def _check_layout(key, layout, table):

@@ -60,8 +60,9 @@ def _warning(method, what):
                 f"tfps: Model.{method.__name__} {what} the variables only, not the rows of the "
                 f"dynamic tables of {', '.join(tables)}. To copy or keep a whole model use "
                 "tf.train.Checkpoint or model.save / save_weights in the .keras or TF format "
-                "(EarlyStopping(restore_best_weights=True) and clone_model + set_weights "
-                "restore the dense layers only).", UserWarning, stacklevel=2)
+                "(keras EarlyStopping(restore_best_weights=True) and clone_model + set_weights "
+                "restore the dense layers only; tfps.callbacks.EarlyStopping restores the tables "
+                "too).", UserWarning, stacklevel=2)
         return method(self, *args, **kwargs)
     setattr(warned, _PATCHED_ATTRIBUTE, True)
     return warned

@@ -1,0 +1,88 @@
+"""EarlyStopping whose restore_best_weights restores the dynamic tables too."""
+
+import contextlib
+import os
+import warnings
+
+import tensorflow as tf
+import tf_keras as keras
+
+from tfps import keras3_guard
+from tfps.checkpoint import SnapshotInPlace
+
+
+class EarlyStopping(keras.callbacks.EarlyStopping):
+    """keras.callbacks.EarlyStopping that, with `restore_best_weights=True`, also gives back
+    every DynamicEmbedding's table as it was at the end of the best epoch: rows, optimizer
+    slots, counts and admission and eviction state, and rows first seen after that epoch
+    are gone. The stock callback restores the dense weights only (get_weights), leaving
+    embeddings from the last epoch under dense layers from the best one.
+
+    It snapshots each table whenever the stock callback snapshots the weights, and restores
+    both when the stock callback does (at the end of training). Each shard writes its
+    snapshot itself, on its parameter server, into that server's memory, or under
+    `snapshot_dir`; no row passes through the chief. The snapshot of a new best epoch
+    replaces the one before, so a parameter server holds one copy of its rows in memory
+    (none with `snapshot_dir`).
+
+    Args: those of keras.callbacks.EarlyStopping, and
+      snapshot_dir: a directory where the parameter servers write the snapshots instead of
+        their memory, for tables whose second copy memory cannot hold; under a cluster
+        every task must reach it (shared storage).
+    """
+
+    def __init__(self, *args, snapshot_dir=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if snapshot_dir is not None and not isinstance(snapshot_dir, (str, os.PathLike)):
+            raise ValueError(f"tfps EarlyStopping: snapshot_dir must be a path (str or os.PathLike), "
+                             f"got {snapshot_dir!r}")
+        self.snapshot_dir = None if snapshot_dir is None else os.fspath(snapshot_dir)
+        self._table_snapshots = []
+
+    def set_model(self, model):
+        keras3_guard.refuse_keras3("tfps.callbacks.EarlyStopping", [model])
+        super().set_model(model)
+
+    def _tables(self):
+        from tfps.keras_layers import DynamicEmbedding
+        layers = [layer for layer in self.model._flatten_layers(include_self=False, recursive=True)  # pylint: disable=protected-access
+                  if isinstance(layer, DynamicEmbedding)]
+        return [layer.table for layer in layers]
+
+    def _discard_snapshots(self):
+        for snapshot in self._table_snapshots:
+            snapshot.discard()
+        self._table_snapshots = []
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._discard_snapshots()
+
+    def on_epoch_end(self, epoch, logs=None):
+        dense_snapshot = self.best_weights
+        with _dense_only_warnings_silenced():
+            super().on_epoch_end(epoch, logs)
+        if self.best_weights is not dense_snapshot:  # the stock callback took a snapshot
+            if self.snapshot_dir is not None:
+                tf.io.gfile.makedirs(self.snapshot_dir)
+            self._discard_snapshots()
+            self._table_snapshots = [SnapshotInPlace(table, self.snapshot_dir)
+                                     for table in self._tables()]
+
+    def on_train_end(self, logs=None):
+        restores = self.restore_best_weights and self.best_weights is not None
+        with _dense_only_warnings_silenced():
+            super().on_train_end(logs)
+        if restores:
+            for snapshot in self._table_snapshots:
+                snapshot.restore()
+        self._discard_snapshots()
+
+
+@contextlib.contextmanager
+def _dense_only_warnings_silenced():
+    """Around the stock callback's get_weights / set_weights calls: tfps warns that they
+    leave the tables out, which this callback covers."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"tfps: Model\.(get|set)_weights")
+        yield
