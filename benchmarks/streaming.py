@@ -14,7 +14,8 @@
 
 Prints JSON lines and a summary against the targets: rows with the policies at most 40% of
 the unbounded table's; parameter-server RSS flat within 5% after warm-up (the first quarter
-of the stream); rolling AUC within 0.003 of the unbounded table's (mean over the chunks
+of the stream), and (the "memory" line, with the policies) the table's memory and every
+task's RSS, the chief's and the workers' too, each flat within 5% after warm-up; rolling AUC within 0.003 of the unbounded table's (mean over the chunks
 after warm-up); the sweep at most 5% of a step's table time; lookups of admitted keys no
 slower than without admission.
 """
@@ -88,7 +89,7 @@ def stream_run(args, policies):
         for line in process.stdout:
             if line.startswith("STREAM "):
                 record = json.loads(line[len("STREAM "):])
-                record["ps_rss_mib"] = round(sum(v for k, v in record.pop("rss_mib").items() if k.startswith("ps")), 1)
+                record["ps_rss_mib"] = round(sum(v for k, v in record["rss_mib"].items() if k.startswith("ps")), 1)
                 record["policies"] = policies
                 records.append(record)
                 print(json.dumps(record), flush=True)
@@ -96,6 +97,27 @@ def stream_run(args, policies):
         sys.exit(f"the stream run {'with' if policies else 'without'} policies failed ({process.returncode}); "
                  f"logs in {work}/logs")
     return records
+
+
+def spread(values):
+    return round((max(values) - min(values)) / min(values), 4)
+
+
+def memory_summary(records, warm_up):
+    """After warm-up: the rows' range, and the spread of the table's memory and of each
+    task's RSS (the targets: each within 5% while the rows are flat)."""
+    after = [r for r in records if r["examples"] > warm_up]
+    tasks = sorted(after[0]["rss_mib"])
+    return {
+        "chunks_after_warm_up": len(after),
+        "rows_after_warm_up": [min(r["rows"] for r in after), max(r["rows"] for r in after)],
+        "table_mib_after_warm_up": [min(r["table_mib"] for r in after), max(r["table_mib"] for r in after)],
+        "table_mib_spread": spread([r["table_mib"] for r in after]),
+        "rss_spread_by_task": {t: spread([r["rss_mib"][t] for r in after]) for t in tasks},
+        "rss_mib_by_task": {t: [min(r["rss_mib"][t] for r in after), max(r["rss_mib"][t] for r in after)]
+                            for t in tasks},
+        "targets": "table memory and every task's RSS spread <= 0.05 after warm-up, rows flat",
+    }
 
 
 def summarize(costs, with_policies, unbounded, warm_up):
@@ -106,7 +128,7 @@ def summarize(costs, with_policies, unbounded, warm_up):
     return {
         "rows_vs_unbounded": round(with_policies[-1]["rows"] / unbounded[-1]["rows"], 4),
         "rows": [with_policies[-1]["rows"], unbounded[-1]["rows"]],
-        "ps_rss_spread_after_warm_up": round((max(rss) - min(rss)) / min(rss), 4),
+        "ps_rss_spread_after_warm_up": spread(rss),
         "ps_rss_mib_after_warm_up": [min(rss), max(rss)],
         "unbounded_ps_rss_mib": [unbounded[0]["ps_rss_mib"], unbounded[-1]["ps_rss_mib"]],
         "rolling_auc_mean_gap": round(sum(auc_gap) / len(auc_gap), 5),
@@ -133,6 +155,8 @@ def main():
         return
     with_policies = stream_run(args, policies=True) if args.only != "unbounded" else None
     unbounded = stream_run(args, policies=False) if args.only != "policies" else None
+    if with_policies:
+        print(json.dumps({"memory": memory_summary(with_policies, args.examples // 4)}), flush=True)
     if costs and with_policies and unbounded:
         print(json.dumps({"summary": summarize(costs, with_policies, unbounded, args.examples // 4)}), flush=True)
 

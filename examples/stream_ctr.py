@@ -4,19 +4,20 @@
     tfps-launch --num_ps 2 --num_workers 2 examples/stream_ctr.py  # a local cluster
 
 Trains on an endless generated stream whose IDs drift (tfps.stream.DriftingStream: new IDs
-keep appearing, old ones stop, many are seen once), chunk by chunk. Before each chunk it
-evaluates the model on the chunk's first examples, which it has not trained on yet (a
-rolling AUC on the next unseen data), then trains on the chunk; after each it logs the
-table's statistics: rows, rows admitted, keys waiting for admission, occurrences rejected,
-rows evicted, and the memory of the table and (with --pid_dir under tfps-launch) of every
-task. The table admits an ID after --min_count occurrences and evicts rows unseen for
---ttl_steps optimizer steps; 0 turns either off.
+keep appearing, old ones stop, many are seen once), chunk by chunk: one fit over the whole
+stream, whose epochs are the chunks. Before each chunk it evaluates the model on the
+chunk's first examples, which it has not trained on yet (a rolling AUC on the next unseen
+data), then trains on the chunk; after each it logs the table's statistics: rows, rows
+admitted, keys waiting for admission, occurrences rejected, rows evicted, and the memory of
+the table and (with --pid_dir under tfps-launch) of every task. The table admits an ID
+after --min_count occurrences and evicts rows unseen for --ttl_steps optimizer steps; 0
+turns either off. One fit reads the stream through one dataset (under tfps-launch, one job
+of tf.data service), so no task's memory grows with the chunks.
 
-It backs itself up with tfps.callbacks.IncrementalBackup, one chain across the chunks (each
-chunk's fit numbers its epoch by the chunk), under --out_dir (by default a directory per
-tfps-launch launch, which its restarts share): a run whose task dies resumes at the chunk
-and step of its last backup, with the stream from the example there. The backups are
-deleted when the stream ends.
+It backs itself up with tfps.callbacks.IncrementalBackup under --out_dir (by default a
+directory per tfps-launch launch, which its restarts share): a run whose task dies resumes
+at the chunk and step of its last backup, with the stream from the example there. The
+backups are deleted when the stream ends.
 """
 
 import argparse
@@ -78,13 +79,11 @@ def task_memory(pid_dir):
 
 
 def backup_callbacks(args, model, chunk_batches):
-    """IncrementalBackup (one instance for every chunk's fit, so one chain) and the fault
-    suite's report, as asked."""
+    """IncrementalBackup and the fault suite's report, as asked."""
     if not args.backup_dir:
         return None, []
     backup = tfps.callbacks.IncrementalBackup(
-        args.backup_dir, save_freq=args.backup_every_steps or max(1, chunk_batches // 4),
-        delete_checkpoint=False)
+        args.backup_dir, save_freq=args.backup_every_steps or max(1, chunk_batches // 4))
     callbacks = [backup]
     if args.fault_report:
         import fault_report  # beside this file
@@ -93,6 +92,62 @@ def backup_callbacks(args, model, chunk_batches):
         callbacks.append(fault_report.FaultReport(args.fault_report, args.backup_dir,
                                                   model.get_layer("ids_table")))
     return backup, callbacks
+
+
+class ChunkLog(keras.callbacks.Callback):
+    """Each chunk (an epoch of the fit): before it trains, the rolling AUC on the chunk's
+    first examples; after, one record of the table's statistics and every task's memory,
+    printed and (with --tensorboard_dir) written as scalars."""
+
+    def __init__(self, args, stream, table, writer, chunk_batches, eval_batches, clustered,
+                 first_chunk, first_step, resumed):
+        super().__init__()
+        self.args, self.stream, self.table, self.writer = args, stream, table, writer
+        self.chunk_batches, self.eval_batches, self.clustered = chunk_batches, eval_batches, clustered
+        self.first_chunk, self.first_step, self.resumed = first_chunk, first_step, resumed
+        self.record = None
+        self._auc, self._began = None, 0.0
+
+    def _rolling_auc(self, chunk):
+        start = chunk * self.chunk_batches * self.args.batch_size
+
+        def eval_data(_=None):
+            return self.stream.dataset(start, self.args.batch_size, num_batches=self.eval_batches)
+        data = keras.utils.experimental.DatasetCreator(eval_data) if self.clustered else eval_data()
+        results = self.model.evaluate(data, steps=None if self.clustered else self.eval_batches,
+                                      return_dict=True, verbose=0)
+        self.model.reset_metrics()  # the training metrics share these objects: start the chunk clean
+        return round(float(results["auc"]), 5)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # The first chunk has no model to evaluate yet; a resumed one was partly trained on.
+        fresh = epoch > self.first_chunk or (epoch > 0 and not self.resumed)
+        self._auc = self._rolling_auc(epoch) if fresh else None
+        self._began = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self._began
+        steps = self.chunk_batches - (self.first_step if epoch == self.first_chunk else 0)
+        stats = self.table.stats()
+        record = {"chunk": epoch, "examples": (epoch + 1) * self.chunk_batches * self.args.batch_size,
+                  "rolling_auc": self._auc, "examples_per_s": round(steps * self.args.batch_size / seconds),
+                  **{k: stats[k] for k in ("rows", "admitted", "pending", "rejected", "evicted")},
+                  "table_mib": round(stats["memory_bytes"] / (1 << 20), 1),
+                  "rss_mib": task_memory(self.args.pid_dir)}
+        self.record = record
+        if self.args.json:
+            print("STREAM " + json.dumps(record), flush=True)
+        else:
+            auc = "-" if record["rolling_auc"] is None else f"{record['rolling_auc']:.4f}"
+            print(f"{record['examples']:>11,} examples  next-chunk auc {auc}  "
+                  f"rows {stats['rows']:,} (admitted {stats['admitted']:,}, evicted {stats['evicted']:,}, "
+                  f"pending ~{stats['pending']:,}, rejected {stats['rejected']:,})  "
+                  f"{record['examples_per_s']:,}/s  rss MiB {record['rss_mib']}", flush=True)
+        if self.writer is not None:
+            with self.writer.as_default(step=record["examples"]):
+                for name in ("rolling_auc", "rows", "admitted", "pending", "rejected", "evicted", "table_mib"):
+                    if record[name] is not None:
+                        tf.summary.scalar(name, record[name])
 
 
 def parse_arguments(argv=None):
@@ -145,60 +200,28 @@ def main():
     writer = tf.summary.create_file_writer(args.tensorboard_dir) if args.tensorboard_dir else None
     chunk_batches, eval_batches = args.chunk // args.batch_size, args.eval_examples // args.batch_size
     backup, callbacks = backup_callbacks(args, model, chunk_batches)
-    # A restarted run resumes at the chunk (the fits' epoch) and step of its last backup.
+    # A restarted run resumes at the chunk (the fit's epoch) and step of its last backup.
     resume = tfps.callbacks.IncrementalBackup.resume_point(args.backup_dir) if backup else None
     first_chunk, first_step = (resume.epoch, resume.step) if resume else (0, 0)
     if resume:
         print(f"resuming at chunk {first_chunk}, step {first_step} from the backups in {args.backup_dir}",
               flush=True)
+    chunk_examples = chunk_batches * args.batch_size
+    chunks = max(1, args.examples // chunk_examples)
+    chunk_log = ChunkLog(args, stream, table, writer, chunk_batches, eval_batches, clustered,
+                         first_chunk, first_step, resumed=resume is not None)
     with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
-        chunk_examples = chunk_batches * args.batch_size
-        chunks = max(1, args.examples // chunk_examples)
-        record = None
-        for chunk in range(first_chunk, chunks):
-            start = chunk * chunk_examples
-            step = first_step if chunk == first_chunk else 0
-            def eval_data(_=None, start=start):
-                return stream.dataset(start, args.batch_size, num_batches=eval_batches)
+        def train_data(_=None):
+            return stream.dataset(first_chunk * chunk_examples + first_step * args.batch_size,
+                                  args.batch_size, data_service=service)
 
-            def train_data(_=None, start=start + step * args.batch_size):
-                return stream.dataset(start, args.batch_size, data_service=service)
-
-            if clustered:
-                eval_input, train_input = (keras.utils.experimental.DatasetCreator(f) for f in (eval_data, train_data))
-            else:
-                eval_input, train_input = eval_data(), train_data()
-            # The first chunk has no model to evaluate yet: its rolling AUC is null.
-            # The first chunk has no model to evaluate yet; a resumed one has its model
-            # restored by the fit's start.
-            results = model.evaluate(eval_input, steps=None if clustered else eval_batches, return_dict=True,
-                                     verbose=0) if chunk > 0 and not resume or chunk > first_chunk else {"auc": None}
-            began = time.perf_counter()
-            model.fit(train_input, initial_epoch=chunk, epochs=chunk + 1, steps_per_epoch=chunk_batches,
-                      callbacks=callbacks, verbose=0)
-            seconds = time.perf_counter() - began
-            stats = table.stats()
-            record = {"chunk": chunk, "examples": start + chunk_examples,
-                      "rolling_auc": None if results["auc"] is None else round(float(results["auc"]), 5),
-                      "examples_per_s": round((chunk_batches - step) * args.batch_size / seconds),
-                      **{k: stats[k] for k in ("rows", "admitted", "pending", "rejected", "evicted")},
-                      "table_mib": round(stats["memory_bytes"] / (1 << 20), 1),
-                      "rss_mib": task_memory(args.pid_dir)}
-            if args.json:
-                print("STREAM " + json.dumps(record), flush=True)
-            else:
-                auc = "-" if record["rolling_auc"] is None else f"{record['rolling_auc']:.4f}"
-                print(f"{record['examples']:>11,} examples  next-chunk auc {auc}  "
-                      f"rows {stats['rows']:,} (admitted {stats['admitted']:,}, evicted {stats['evicted']:,}, "
-                      f"pending ~{stats['pending']:,}, rejected {stats['rejected']:,})  "
-                      f"{record['examples_per_s']:,}/s  rss MiB {record['rss_mib']}", flush=True)
-            if writer is not None:
-                with writer.as_default(step=record["examples"]):
-                    for name in ("rolling_auc", "rows", "admitted", "pending", "rejected", "evicted", "table_mib"):
-                        if record[name] is not None:
-                            tf.summary.scalar(name, record[name])
+        if first_chunk < chunks:
+            model.fit(keras.utils.experimental.DatasetCreator(train_data) if clustered else train_data(),
+                      initial_epoch=first_chunk, epochs=chunks, steps_per_epoch=chunk_batches,
+                      callbacks=callbacks + [chunk_log], verbose=0)
+    record = chunk_log.record
     if backup:
-        backup.delete_backups()
+        backup.delete_backups()  # fit deleted them, unless a restart found nothing left to train
     print(f"stream done: {chunks * chunk_examples:,} examples, rows {record['rows']:,} at the end"
           if record else "stream done: nothing left to train", flush=True)
     if clustered:

@@ -138,9 +138,9 @@ def test_a_restarted_fit_restores_the_rows_of_the_last_backup_and_resumes_after_
 
 
 def chunked_stream(model, backup, watch, chunks=4, resume=None, stop_at=None):
-    """Trains on chunks of a stream, one fit per chunk numbered by its epoch, as
-    examples/stream_ctr.py does, from `resume` (a ResumePoint) on; each chunk's data from
-    its resumed step on."""
+    """Trains on chunks of a stream, one fit per chunk numbered by its epoch (a user's
+    loop that evaluates between fits), from `resume` (a ResumePoint) on; each chunk's data
+    from its resumed step on."""
     x, y = data()
     first_chunk, first_step = (resume.epoch, resume.step) if resume else (0, 0)
     for chunk in range(first_chunk, chunks):
