@@ -15,24 +15,18 @@ from tfps import checkpoint
 from tfps import data
 from tfps import distribute
 from tfps import eviction
-from tfps import exact_evaluation
 from tfps import export
 from tfps import initializers
-from tfps import keras_saving
 from tfps import keras_layers
 from tfps import metrics
-from tfps import optimizer_bridge
 from tfps import optimizers
 from tfps import stream
 from tfps import accumulation
 from tfps.accumulation import GradientAccumulator
 from tfps.table import DynamicTable, TableRows
+from tfps import patches
 
-checkpoint.install()
-optimizer_bridge.install()
-keras_saving.install()
-exact_evaluation.install()
-accumulation.install()
+patches.apply()
 
 __version__ = "0.1.0"
 

@@ -7,7 +7,7 @@ accumulator here keeps a table's micro-batch gradients as slices (their keys and
 appended, which sums them, as the table sums a key's slices when it applies them) and
 every other variable's gradient densely, then applies the sums in one optimizer step:
 exactly what a stock Embedding gets from accumulating and applying its gradients.
-`install()` makes the forms that cannot work say so and name this one.
+tfps.patches makes the forms that cannot work say so and name this one.
 """
 
 import numpy as np
@@ -20,7 +20,6 @@ _REFUSAL = ("the gradient of a DynamicEmbedding table (IndexedSlices over 64-bit
             "{shape}) has no dense form, so {what} cannot sum it; accumulate gradients over "
             "micro-batches with tfps.GradientAccumulator(model.trainable_variables): add(gradients) "
             "per micro-batch, apply_to(optimizer) once")
-_PATCHED_ATTRIBUTE = "_tfps_refuses_table_gradients"
 
 
 def _table_gradient_shape(value):
@@ -35,7 +34,7 @@ def _table_gradient_shape(value):
     return [int(d) for d in np.asarray(shape)]
 
 
-def _refuse_densifying(value, dtype=None, name=None, as_ref=False):  # pylint: disable=unused-argument
+def refuse_densifying(value, dtype=None, name=None, as_ref=False):  # pylint: disable=unused-argument
     shape = _table_gradient_shape(value)
     if shape is None:
         return NotImplemented  # TensorFlow's own conversion follows
@@ -48,24 +47,14 @@ def _refuse_densifying(value, dtype=None, name=None, as_ref=False):  # pylint: d
         return tf.zeros(shape, value.dtype, name=name)
 
 
-def _adding(original_add):
+def refusing_table_gradient_add(original_add):
+    """IndexedSlices.__add__ (tfps.patches): a table's gradient cannot be summed densely."""
     def add(self, other):
         shape = _table_gradient_shape(self)
         if shape is not None:
             raise TypeError(_REFUSAL.format(shape=shape, what="+"))
         return original_add(self, other) if original_add is not None else NotImplemented
-    setattr(add, _PATCHED_ATTRIBUTE, True)
     return add
-
-
-def install():
-    """Gives the ways of summing gradients that would densify a table's gradient (tf.add_n,
-    `+`, `Tensor + gradient`, `variable.assign_add(gradient)`) an error naming
-    GradientAccumulator, instead of TensorFlow's "segment_ids out of range" or "unsupported
-    operand" (idempotent; other IndexedSlices convert and add as before)."""
-    if not getattr(getattr(tf.IndexedSlices, "__add__", None), _PATCHED_ATTRIBUTE, False):
-        tf.register_tensor_conversion_function(tf.IndexedSlices, _refuse_densifying, priority=99)
-        tf.IndexedSlices.__add__ = _adding(tf.IndexedSlices.__dict__.get("__add__"))
 
 
 class GradientAccumulator:

@@ -343,26 +343,25 @@ def delete(prefix):
             tf.io.gfile.remove(path)
 
 
-def _delete_with_table_files(delete):
+def deleting_table_files(delete):
+    """checkpoint_management._delete_file_if_exists (tfps.patches): CheckpointManager's
+    deletion of old checkpoints takes their table files too."""
     def delete_file_if_exists(filespec):
         delete(filespec)
         if filespec.endswith(".index"):
             delete(filespec[:-len(".index")] + f"-{SAVER_NAME}*")
-    delete_file_if_exists.tfps_wrapped = True
     return delete_file_if_exists
 
 
-def install():
-    """Registers the saver and extends checkpoint deletion to table files (idempotent)."""
+def register_saver():
+    """Makes TensorFlow's checkpointing save and restore tables through _save and _restore
+    (tfps.patches calls it; idempotent)."""
     try:
         registration.register_checkpoint_saver(
             package="tfps", name="DynamicTable", predicate=_is_table, save_fn=_save,
             restore_fn=_restore)
     except ValueError:  # registered already
         pass
-    delete = checkpoint_management._delete_file_if_exists  # pylint: disable=protected-access
-    if not getattr(delete, "tfps_wrapped", False):
-        checkpoint_management._delete_file_if_exists = _delete_with_table_files(delete)  # pylint: disable=protected-access
 
 
 def _is_table(trackable):

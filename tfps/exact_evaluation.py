@@ -3,12 +3,10 @@
 tf_keras builds a model's compiled metrics (and loss) at its first train or test step, but its exact
 evaluation under ParameterServerStrategy clones them before any step runs: a freshly
 compiled or freshly loaded model's evaluate fails there with "'NoneType' object is not
-iterable", whatever its metrics. `install()` builds them first, from the outputs of a model
+iterable", whatever its metrics. tfps.patches builds them first, from the outputs of a model
 whose outputs are known (functional and Sequential models); other models get an error that
 says what to run first.
 """
-
-_PATCHED_ATTRIBUTE = "_tfps_builds_metrics_first"
 
 
 def _build_compiled_metrics(model):
@@ -28,17 +26,9 @@ def _build_compiled_metrics(model):
         loss.build(outputs)
 
 
-def _building_metrics_first(make_test_function_exact):
+def building_metrics_first(make_test_function_exact):
+    """Model._make_test_function_exact (tfps.patches)."""
     def make(self):
         _build_compiled_metrics(self)
         return make_test_function_exact(self)
-    setattr(make, _PATCHED_ATTRIBUTE, True)
     return make
-
-
-def install():
-    """Builds a model's compiled metrics before exact evaluation clones them (idempotent)."""
-    import tf_keras
-    original = getattr(tf_keras.Model, "_make_test_function_exact", None)
-    if original is not None and not getattr(original, _PATCHED_ATTRIBUTE, False):
-        tf_keras.Model._make_test_function_exact = _building_metrics_first(original)  # pylint: disable=protected-access

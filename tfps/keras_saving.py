@@ -6,13 +6,11 @@ paths cannot: HDF5 files hold only a layer's variables, and `get_weights` / `set
 trade in those variables as NumPy arrays. tfps makes the first refuse, before any file is
 written, and the second warn, since silently dropping a model's embeddings is the worst
 outcome of either. `summary()` ends with each table's dim, rows and shards, which the
-parameter counts (of variables) leave out. Installed once, when tfps is imported.
+parameter counts (of variables) leave out. tfps.patches installs these when tfps is imported.
 """
 
 import functools
 import warnings
-
-_PATCHED_ATTRIBUTE = "_tfps_table_aware"
 
 
 def tables_of(model):
@@ -31,7 +29,7 @@ def _writes_hdf5(filepath, save_format):
     return str(filepath).endswith((".h5", ".hdf5", ".keras"))
 
 
-def _refusing_hdf5(save, what):
+def refusing_hdf5(save, what):
     @functools.wraps(save)
     def save_checked(model, filepath, *args, **kwargs):
         save_format = kwargs.get("save_format")
@@ -47,11 +45,10 @@ def _refusing_hdf5(save, what):
                 "directory, or as TF-format weights (model.save_weights('ckpt/weights'), "
                 "tf.train.Checkpoint): each carries every row.")
         return save(model, filepath, *args, **kwargs)
-    setattr(save_checked, _PATCHED_ATTRIBUTE, True)
     return save_checked
 
 
-def _warning(method, what):
+def warning_dense_only(method, what):
     @functools.wraps(method)
     def warned(self, *args, **kwargs):
         tables = tables_of(self)
@@ -64,11 +61,10 @@ def _warning(method, what):
                 "restore the dense layers only; tfps.callbacks.EarlyStopping restores the tables "
                 "too).", UserWarning, stacklevel=2)
         return method(self, *args, **kwargs)
-    setattr(warned, _PATCHED_ATTRIBUTE, True)
     return warned
 
 
-def _with_table_lines(summary):
+def with_table_lines(summary):
     @functools.wraps(summary)
     def summary_with_tables(self, *args, **kwargs):
         result = summary(self, *args, **kwargs)
@@ -83,23 +79,4 @@ def _with_table_lines(summary):
                 print_fn(f"  {layer.name}: dim {layer.dim}, {sum(sizes)} rows in {len(sizes)} "
                          f"shard{'s' if len(sizes) > 1 else ''}, optimizer {layer.optimizer!r}")
         return result
-    setattr(summary_with_tables, _PATCHED_ATTRIBUTE, True)
     return summary_with_tables
-
-
-def install():
-    """Makes HDF5 saving refuse, get/set_weights warn and summary list the tables of models
-    with tables (idempotent)."""
-    import tf_keras
-    from tf_keras.src.saving.legacy import save as legacy_save
-
-    for name, what in (("save_model", "a model saved"), ("save_weights", "weights saved")):
-        original = getattr(legacy_save, name)
-        if not getattr(original, _PATCHED_ATTRIBUTE, False):
-            setattr(legacy_save, name, _refusing_hdf5(original, what))
-    if not getattr(tf_keras.Model.summary, _PATCHED_ATTRIBUTE, False):
-        tf_keras.Model.summary = _with_table_lines(tf_keras.Model.summary)
-    for name, what in (("get_weights", "returns"), ("set_weights", "sets")):
-        original = getattr(tf_keras.Model, name)
-        if not getattr(original, _PATCHED_ATTRIBUTE, False):
-            setattr(tf_keras.Model, name, _warning(original, what))

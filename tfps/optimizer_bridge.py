@@ -25,7 +25,6 @@ import weakref
 import tensorflow as tf
 
 _OWNER_ATTRIBUTE = "_tfps_table_owner"
-_PATCHED_ATTRIBUTE = "_tfps_bridged"
 
 
 def register_proxy(proxy, owner):
@@ -86,7 +85,7 @@ def _split_table_pairs(grads_and_vars):
     return table_pairs, others
 
 
-def _check_current_optimizer(optimizer, table_pairs):
+def check_current_optimizer(optimizer, table_pairs):
     """Refuses what a current optimizer would do to a stock Embedding but not to a table."""
     for _, variable, owner in table_pairs:
         if optimizer.weight_decay and optimizer._use_weight_decay(variable):  # pylint: disable=protected-access
@@ -110,7 +109,7 @@ def _apply_table_pairs(optimizer, table_pairs, unique):
             for gradient, _, owner in table_pairs]
 
 
-def _bridged(original, unique, check=None):
+def bridged(original, unique, check=None):
     """Wraps a distributed-apply method whose third argument is grads_and_vars."""
 
     @functools.wraps(original)
@@ -125,11 +124,10 @@ def _bridged(original, unique, check=None):
         with tf.control_dependencies(applied):
             return original(self, distribution, others, *args, **kwargs)
 
-    setattr(apply, _PATCHED_ATTRIBUTE, True)
     return apply
 
 
-def _refusing(original):
+def refusing(original):
     """Wraps an optimizer's apply_gradients that cannot carry a table's gradient."""
 
     @functools.wraps(original)
@@ -143,30 +141,4 @@ def _refusing(original):
                 "(keras.optimizers or keras.optimizers.legacy)")
         return original(self, grads_and_vars, *args, **kwargs)
 
-    setattr(apply_gradients, _PATCHED_ATTRIBUTE, True)
     return apply_gradients
-
-
-def install():
-    """Bridges both tf_keras optimizer families to dynamic tables (idempotent)."""
-    import tf_keras
-    from tf_keras.src.optimizers import optimizer as current
-    from tf_keras.src.optimizers.legacy import optimizer_v2 as legacy
-
-    targets = (
-        # Current optimizers sum repeated indices in apply_gradients before this point.
-        (current.Optimizer, "_distributed_apply_gradients_fn", True, _check_current_optimizer),
-        (legacy.OptimizerV2, "_distributed_apply", False, None),
-    )
-    for cls, method, unique, check in targets:
-        original = getattr(cls, method, None)
-        if original is None:
-            raise ImportError(
-                f"tfps: tf_keras {getattr(tf_keras, '__version__', '?')} has no "
-                f"{cls.__name__}.{method}, through which tfps applies table gradients; "
-                "use a tf_keras release matching TensorFlow 2.16 to 2.21")
-        if not getattr(original, _PATCHED_ATTRIBUTE, False):
-            setattr(cls, method, _bridged(original, unique, check))
-    v1_optimizer = tf.compat.v1.train.Optimizer
-    if not getattr(v1_optimizer.apply_gradients, _PATCHED_ATTRIBUTE, False):
-        v1_optimizer.apply_gradients = _refusing(v1_optimizer.apply_gradients)

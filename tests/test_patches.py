@@ -1,0 +1,58 @@
+"""tfps.patches: every attribute tfps replaces in TensorFlow and tf_keras is installed from
+one list, marked, installed once, listed in the README, and a missing one fails by name."""
+
+import os
+import re
+
+import pytest
+
+import tfps
+from tfps import patches
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def installed(patch):
+    return getattr(patches._resolve(patch.owner), patch.attribute)  # pylint: disable=protected-access
+
+
+def test_every_patch_is_installed_with_its_marker():
+    for patch in patches.PATCHES:
+        assert getattr(installed(patch), patches.MARKER, None) == patch.name, patch.name
+
+
+def test_applying_again_changes_nothing():
+    before = [installed(patch) for patch in patches.PATCHES]
+    patches.apply()
+    assert [installed(patch) for patch in patches.PATCHES] == before
+
+
+@pytest.mark.parametrize("owner, attribute, message", [
+    ("tf_keras.Model", "no_such_method", "the attribute tf_keras.Model.no_such_method is missing"),
+    ("tf_keras.no_such_module.Thing", "run", "the owner of tf_keras.no_such_module.Thing.run is missing"),
+])
+def test_a_missing_attribute_fails_by_name(owner, attribute, message):
+    patch = patches.Patch(owner, attribute, lambda original: original, "does what tfps needs")
+    with pytest.raises(ImportError, match=re.escape(message)) as raised:
+        patches.apply_patch(patch)
+    assert "so that it does what tfps needs" in str(raised.value)
+    assert "tfps supports TensorFlow 2.16 to 2.21" in str(raised.value)
+
+
+def test_the_readme_lists_every_patch():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = " ".join(f.read().split())
+    for patch in patches.PATCHES:
+        assert f"`{patch.name}`" in readme, patch.name
+
+
+def test_no_other_module_assigns_to_tensorflow_or_tf_keras():
+    # A patch written outside the list would escape its marker, its check and the README.
+    assignment = re.compile(r"^\s*(?:tf|tf_keras|keras|tensorflow)(?:\.\w+)+\s*=(?!=)|"
+                            r"setattr\((?:tf|tf_keras|keras|cls|owner|legacy_save)\b", re.M)
+    for directory in ("tfps", "keras_layers"):
+        for name in os.listdir(os.path.join(ROOT, directory)):
+            if name.endswith(".py") and name != "patches.py":
+                with open(os.path.join(ROOT, directory, name)) as f:
+                    assert not assignment.search(f.read()), f"{directory}/{name}"
+    assert tfps.patches is patches

@@ -1,0 +1,125 @@
+"""Everything importing tfps changes in TensorFlow and tf_keras, in one list.
+
+Each Patch replaces one attribute with a wrapper made from the original by a function of
+the module that owns the behaviour, and says why; README's "What importing tfps changes"
+lists the same entries. `apply()` installs every patch once: each wrapper carries one
+marker (MARKER, the patch's name), so applying again changes nothing. An owner or
+attribute that this TensorFlow or tf_keras lacks fails the import with an ImportError that
+names it, rather than a model that trains without its tables' updates. Besides the
+patches, two registrations go through TensorFlow's public hooks: the checkpoint saver of
+tables, and the conversion that refuses to densify a table's gradient.
+"""
+
+import dataclasses
+import functools
+import importlib
+
+import tensorflow as tf
+
+from tfps import accumulation
+from tfps import checkpoint
+from tfps import exact_evaluation
+from tfps import keras_saving
+from tfps import optimizer_bridge
+
+MARKER = "__tfps_patch__"
+SUPPORTED = "TensorFlow 2.16 to 2.21 with the tf_keras of the same minor version"
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    owner: str  # a module or class, by import path
+    attribute: str
+    wrap: object  # original (None where the owner has no such attribute yet) -> replacement
+    why: str
+    adds: bool = False  # the owner has no such attribute before: tfps adds it
+
+    @property
+    def name(self):
+        return f"{self.owner}.{self.attribute}"
+
+
+PATCHES = (
+    Patch("tf_keras.src.optimizers.optimizer.Optimizer", "_distributed_apply_gradients_fn",
+          functools.partial(optimizer_bridge.bridged, unique=True,
+                            check=optimizer_bridge.check_current_optimizer),
+          "sends a DynamicEmbedding's gradient to its table's optimizer inside the Keras "
+          "optimizer's apply (current optimizers)"),
+    Patch("tf_keras.src.optimizers.legacy.optimizer_v2.OptimizerV2", "_distributed_apply",
+          functools.partial(optimizer_bridge.bridged, unique=False),
+          "the same for the legacy optimizers"),
+    Patch("tensorflow.compat.v1.train.Optimizer", "apply_gradients", optimizer_bridge.refusing,
+          "a TF1 optimizer refuses a table's gradient, naming the optimizers that carry it"),
+    Patch("tf_keras.src.saving.legacy.save", "save_model",
+          functools.partial(keras_saving.refusing_hdf5, what="a model saved"),
+          "an HDF5 model file cannot hold a table's rows: refuse before writing"),
+    Patch("tf_keras.src.saving.legacy.save", "save_weights",
+          functools.partial(keras_saving.refusing_hdf5, what="weights saved"),
+          "the same for HDF5 weights"),
+    Patch("tf_keras.Model", "get_weights",
+          functools.partial(keras_saving.warning_dense_only, what="returns"),
+          "warns that the tables' rows are not among the weights"),
+    Patch("tf_keras.Model", "set_weights",
+          functools.partial(keras_saving.warning_dense_only, what="sets"),
+          "the same for set_weights"),
+    Patch("tf_keras.Model", "summary", keras_saving.with_table_lines,
+          "lists each table's dim, rows and shards, which the parameter counts leave out"),
+    Patch("tf_keras.Model", "_make_test_function_exact", exact_evaluation.building_metrics_first,
+          "builds compiled metrics before exact evaluation (pss_evaluation_shards) clones them"),
+    Patch("tensorflow.IndexedSlices", "__add__", accumulation.refusing_table_gradient_add,
+          "`+` on a table's gradient fails naming tfps.GradientAccumulator", adds=True),
+    Patch("tensorflow.python.checkpoint.checkpoint_management", "_delete_file_if_exists",
+          checkpoint.deleting_table_files,
+          "CheckpointManager's deletion of old checkpoints takes their table files too"),
+)
+
+
+def _resolve(path):
+    """The module or class at an import path (a module, then attributes down from it)."""
+    parts = path.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            owner = getattr(owner, part)
+        return owner
+    raise ImportError(path)
+
+
+def _missing(patch, what):
+    import tf_keras
+    return ImportError(
+        f"tfps: {what} {patch.name} is missing from TensorFlow {tf.__version__} / tf_keras "
+        f"{getattr(tf_keras, '__version__', '?')}; tfps replaces it so that it {patch.why}. "
+        f"tfps supports {SUPPORTED}.")
+
+
+def apply_patch(patch):
+    try:
+        owner = _resolve(patch.owner)
+    except (ImportError, AttributeError):
+        raise _missing(patch, "the owner of") from None
+    original = owner.__dict__.get(patch.attribute) if patch.adds else getattr(owner, patch.attribute, None)
+    if original is None and not patch.adds:
+        raise _missing(patch, "the attribute")
+    if getattr(original, MARKER, None) == patch.name:
+        return
+    replacement = patch.wrap(original)
+    setattr(replacement, MARKER, patch.name)
+    setattr(owner, patch.attribute, replacement)
+
+
+_registered = []
+
+
+def apply():
+    """Installs every patch and registration (idempotent)."""
+    for patch in PATCHES:
+        apply_patch(patch)
+    if not _registered:
+        checkpoint.register_saver()
+        tf.register_tensor_conversion_function(tf.IndexedSlices, accumulation.refuse_densifying,
+                                               priority=99)
+        _registered.append(True)
