@@ -13,4 +13,5 @@ TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest -q -p 
   tests/test_sparse_updates.py tests/test_sparse_updates_keras.py tests/test_dynamic_embedding.py \
   tests/test_checkpoint.py tests/test_incremental_backup.py \
   tests/test_export.py tests/test_keras_saving.py tests/test_metrics.py tests/test_metrics_pss.py \
-  tests/test_admission_eviction.py tests/test_dynamic_embedding_pss.py tests/test_early_stopping.py
+  tests/test_admission_eviction.py tests/test_dynamic_embedding_pss.py tests/test_early_stopping.py \
+  tests/test_patches.py tests/test_configurable.py

@@ -17,8 +17,7 @@ with the keys waiting).
 """
 
 from tfps import arguments
-from tfps import policy_registry
-from tfps.configurable import Configurable
+from tfps.configurable import Configurable, Kind
 
 DEFAULT_SKETCH_BYTES = 8 << 20
 
@@ -92,17 +91,9 @@ class Probability(AdmissionPolicy):
         return {"p": self.p, **super().get_config()}
 
 
-_BY_NAME = {"MinCount": MinCount, "Probability": Probability}
-
-
-serialize = policy_registry.serialize
-
-
-def get(identifier):
-    """A policy from an instance, a `serialize` dict, or None (every key admitted)."""
-    from tfps import eviction  # pylint: disable=import-outside-toplevel  (it imports nothing of this)
-    return policy_registry.resolve(identifier, AdmissionPolicy, _BY_NAME, "admission", eviction.EvictionPolicy,
-                                   "eviction", "tfps.admission.MinCount(n) or tfps.admission.Probability(p)")
+KIND = Kind("admission policy", "admission", AdmissionPolicy, (MinCount, Probability),
+            "tfps.admission.MinCount(n) or tfps.admission.Probability(p)", allows_none=True)
+serialize, get = KIND.serialize, KIND.get  # get(None): every key admitted
 
 
 def op_attrs(policy):

@@ -19,8 +19,7 @@ applies record the clock as a row's last-seen step.
 import math
 
 from tfps import arguments
-from tfps import policy_registry
-from tfps.configurable import Configurable
+from tfps.configurable import Configurable, Kind
 
 
 class EvictionPolicy(Configurable):
@@ -104,17 +103,9 @@ class LFU(EvictionPolicy):
     op_name = "lfu"
 
 
-_BY_NAME = {cls.__name__: cls for cls in (TTL, DecayedFrequency, LRU, LFU)}
-
-
-serialize = policy_registry.serialize
-
-
-def get(identifier):
-    """A policy from an instance, a `serialize` dict, or None (no eviction)."""
-    from tfps import admission  # pylint: disable=import-outside-toplevel  (it imports nothing of this)
-    return policy_registry.resolve(identifier, EvictionPolicy, _BY_NAME, "eviction", admission.AdmissionPolicy,
-                                   "admission", "tfps.eviction.TTL, DecayedFrequency, LRU or LFU")
+KIND = Kind("eviction policy", "eviction", EvictionPolicy, (TTL, DecayedFrequency, LRU, LFU),
+            "tfps.eviction.TTL, DecayedFrequency, LRU or LFU", allows_none=True)
+serialize, get = KIND.serialize, KIND.get  # get(None): no eviction
 
 
 def op_attrs(policy, max_rows):

@@ -2,7 +2,7 @@
 key gets the same vector on every shard, in every run, and after eviction and re-admission.
 """
 
-from tfps.configurable import Configurable
+from tfps.configurable import Configurable, Kind
 
 
 class Initializer(Configurable):
@@ -50,23 +50,7 @@ class TruncatedNormal(Initializer):
         return {"mean": self.mean, "stddev": self.stddev}
 
 
-_BY_NAME = {"zeros": Zeros, "uniform": RandomUniform, "random_uniform": RandomUniform,
-            "truncated_normal": TruncatedNormal}
-
-
-def serialize(initializer):
-    return {"class_name": type(initializer).__name__, "config": initializer.get_config()}
-
-
-def get(identifier):
-    """An initializer from an instance, a name ("zeros") or a `serialize` dict."""
-    if isinstance(identifier, Initializer):
-        return identifier
-    if isinstance(identifier, str) and identifier.lower() in _BY_NAME:
-        return _BY_NAME[identifier.lower()]()
-    if isinstance(identifier, dict):
-        by_class = {cls.__name__: cls for cls in (Zeros, RandomUniform, TruncatedNormal)}
-        if identifier.get("class_name") in by_class:
-            return by_class[identifier["class_name"]].from_config(identifier.get("config", {}))
-    raise ValueError(f"unknown tfps initializer {identifier!r}; use tfps.initializers.Zeros, "
-                     "RandomUniform or TruncatedNormal")
+KIND = Kind("initializer", "initializer", Initializer, (Zeros, RandomUniform, TruncatedNormal),
+            "tfps.initializers.Zeros, RandomUniform or TruncatedNormal",
+            aliases={"uniform": RandomUniform})
+serialize, get = KIND.serialize, KIND.get

@@ -8,6 +8,7 @@ same name and hyperparameters follows the same trajectory.
 import tensorflow as tf
 
 from tfps import arguments
+from tfps.configurable import Kind
 
 
 class SparseOptimizer:
@@ -193,23 +194,9 @@ class Ftrl(SparseOptimizer):
                 "beta": self.beta, **self._clip_config()}
 
 
-_BY_NAME = {"sgd": SGD, "adagrad": Adagrad, "adam": Adam, "ftrl": Ftrl}
-
-
-def serialize(optimizer):
-    return {"class_name": type(optimizer).__name__, "config": optimizer.get_config()}
-
-
-def get(identifier):
-    """An optimizer from an instance, a name ("adagrad") or a `serialize` dict."""
-    if isinstance(identifier, SparseOptimizer):
-        return identifier
-    if isinstance(identifier, str) and identifier.lower() in _BY_NAME:
-        return _BY_NAME[identifier.lower()]()
-    if isinstance(identifier, dict) and identifier.get("class_name", "").lower() in _BY_NAME:
-        return _BY_NAME[identifier["class_name"].lower()].from_config(identifier["config"])
-    raise ValueError(
-        f"unknown tfps optimizer {identifier!r}; use tfps.optimizers.SGD, Adagrad, Adam or Ftrl")
+KIND = Kind("optimizer", "optimizer", SparseOptimizer, (SGD, Adagrad, Adam, Ftrl),
+            "tfps.optimizers.SGD, Adagrad, Adam or Ftrl")
+serialize, get = KIND.serialize, KIND.get
 
 
 def _check_positive(name, value, owner):
