@@ -12,7 +12,7 @@ namespace {
 
 constexpr size_t kGranule = size_t{64} << 10;
 // A reuse moves pieces onto huge pages for about this long, at least one piece: a bare
-// machine collapses 2 MiB in a fraction of a ms, a virtual machine may take 1-14 ms.
+// machine collapses a 2 MiB piece at once, a virtual machine may take several ms.
 constexpr auto kCollapseTimePerReuse = std::chrono::milliseconds(3);
 
 // Moves the block's next whole 2 MiB pieces after `done` bytes onto huge pages, contents

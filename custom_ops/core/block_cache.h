@@ -1,17 +1,15 @@
 // Large output blocks kept for reuse. A freshly mapped block costs a page fault per 4 KiB
-// on its first write, and for a big lookup result that costs more than the lookup itself
-// (about 80 ms of a 130 ms find of 1M keys at dim 64 on a 2-core VM). A block handed back
-// keeps its pages, so the next result of a similar size is written at memory speed.
+// on its first write, and for a big lookup result that costs more than the lookup itself.
+// A block handed back keeps its pages, so the next result of a similar size is written at
+// memory speed.
 //
 // A table writes rows grouped by stripe, so they land scattered over the output, and with
 // 4 KiB pages a narrow row written nearly always misses the TLB. Blocks of 2 MiB or more
 // therefore start on a 2 MiB boundary, and a caller may ask for a reused block to move
-// onto transparent huge pages, a few ms of work on its thread per reuse (find_or_insert of
-// 1M keys at dim 8 on one 2-core VM: 137 ms of user time with 4 KiB pages, 95 ms with huge
-// ones). Wide rows gain nothing: on a Zen 5 VM a 1M-key find at dim 64 took 33-34 ms into
-// huge output pages against 30 ms into small ones, long after the move was done. A fresh
-// block starts on small pages either way: on virtual machines a fresh huge page can take
-// several ms to back, and a whole block of them would stall its first call.
+// onto transparent huge pages, some work on its thread per reuse that narrow rows repay
+// and wide rows (one or more cache lines each) do not. A fresh block starts on small pages
+// either way: on virtual machines a fresh huge page can be slow to back, and a whole block
+// of them would stall its first call. benchmarks/table_ops.py measures both.
 #ifndef TFPS_CORE_BLOCK_CACHE_H_
 #define TFPS_CORE_BLOCK_CACHE_H_
 

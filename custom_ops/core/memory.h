@@ -48,8 +48,8 @@ int CollapseIntoHugePages(void* begin, size_t bytes);
 void ReleaseFreedHeapMemory();
 
 // Backs [begin, begin + bytes) with memory before it is written. The kernel populates a
-// range (MADV_POPULATE_WRITE, Linux 5.14+) about 40% faster than a fault per page;
-// elsewhere every page is touched once. Contents are kept; thread-safe.
+// range (MADV_POPULATE_WRITE, Linux 5.14+) faster than a fault per page; elsewhere every
+// page is touched once. Contents are kept; thread-safe.
 void PopulateForWrite(void* begin, size_t bytes);
 
 // Hands out blocks carved from large regions; blocks are never freed one by one, only all

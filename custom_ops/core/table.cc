@@ -41,8 +41,7 @@ struct RowWriter {
   static void Copy(const float* value, int dim, float* out) {
 #if defined(__SSE2__)
     // Whole 16-byte pieces (always so with kStream) are copied inline instead of by a
-    // memcpy call per row: one thread found 1M keys at dim 8 in 25 ms with the calls, 22 ms
-    // without.
+    // memcpy call per row: for narrow rows the call costs more than the copy.
     if (dim % 4 == 0) {
       for (int k = 0; k < dim; k += 4) {
         const __m128 piece = _mm_loadu_ps(value + k);
