@@ -64,6 +64,16 @@ class Device {
   size_t n_;
 };
 
+// The device's properties; exits when there is no CUDA device.
+inline cudaDeviceProp RequireDevice() {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    std::fprintf(stderr, "no CUDA device\n");
+    std::exit(1);
+  }
+  return prop;
+}
+
 // Median time in ms of `reps` calls fn(1..reps) on `stream`, after an untimed fn(0).
 template <typename Fn>
 float MedianMs(cudaStream_t stream, Fn&& fn, int reps = 7) {

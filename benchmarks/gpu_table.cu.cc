@@ -166,11 +166,7 @@ void RunCase(const Case& c, const Bandwidth& bandwidth, cudaStream_t stream) {
 
 int main() {
   using namespace tfps::gpu::bench;
-  cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
+  const cudaDeviceProp prop = RequireDevice();
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   const Bandwidth bandwidth = MeasureBandwidth(stream);

@@ -138,11 +138,7 @@ void RunCase(const Case& c, cudaStream_t stream) {
 
 int main() {
   using namespace tfps::gpu::bench;
-  cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
+  const cudaDeviceProp prop = RequireDevice();
   std::printf("{\"device\": \"%s\", \"memory_gib\": %.1f}\n", prop.name,
               prop.totalGlobalMem / double(1 << 30));
   cudaStream_t stream;

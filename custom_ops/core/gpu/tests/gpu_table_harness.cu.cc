@@ -185,17 +185,7 @@ void TestInsertExportImport(const TableConfig& config) {
           at - cpu_rows.keys.begin());
 
   TablePair restored(config, 64);
-  const std::vector<uint64_t> cpu_keys(cpu_rows.keys.begin(), cpu_rows.keys.end());
-  restored.cpu().Import(cpu_keys.data(), cpu_keys.size(), cpu_rows.values.data(),
-                        cpu_rows.slots.data(), cpu_rows.metadata.data(), SerialParallelFor());
-  DeviceArray<uint64_t> d_keys(gpu_rows.keys);
-  DeviceArray<float> d_values(gpu_rows.values), d_slots(gpu_rows.slots);
-  DeviceArray<int64_t> d_metadata(gpu_rows.metadata);
-  ExpectOk(restored.gpu().Import(restored.stream(), d_keys.get(), gpu_rows.keys.size(),
-                                 d_values.get(), d_slots.get(), d_metadata.get()),
-           "import");
-  restored.cpu().SetApplyCalls(t.cpu().ApplyCalls());
-  ExpectOk(restored.gpu().SetApplyCalls(restored.stream(), t.cpu().ApplyCalls()), "set the clock");
+  restored.Import(cpu_rows, gpu_rows, t.cpu().ApplyCalls());
   restored.ExpectSameState("imported from chunked exports");
 
   DeviceArray<uint64_t> out_keys(10);
@@ -355,18 +345,7 @@ void TestTensorFlowOpSequence(const std::string& name, const TableConfig& config
       SortedByKey(GpuRowsInSlotOrder(t.gpu(), t.stream(), rng, /*fixed_chunk=*/7), config.dim,
                   t.cpu().num_slots());
   TablePair copy(config, 64);
-  const ExportChunk cpu_rows = t.cpu().Export(0, INT64_MAX);
-  const std::vector<uint64_t> cpu_keys(cpu_rows.keys.begin(), cpu_rows.keys.end());
-  copy.cpu().Import(cpu_keys.data(), cpu_keys.size(), cpu_rows.values.data(),
-                    cpu_rows.slots.data(), cpu_rows.metadata.data(), SerialParallelFor());
-  DeviceArray<uint64_t> d_keys(exported.keys);
-  DeviceArray<float> d_values(exported.values), d_slots(exported.slots);
-  DeviceArray<int64_t> d_metadata(exported.metadata);
-  ExpectOk(copy.gpu().Import(copy.stream(), d_keys.get(), exported.keys.size(), d_values.get(),
-                             d_slots.get(), d_metadata.get()),
-           "import the chunks of 7");
-  copy.cpu().SetApplyCalls(t.cpu().ApplyCalls());
-  ExpectOk(copy.gpu().SetApplyCalls(copy.stream(), t.cpu().ApplyCalls()), "copy the clock");
+  copy.Import(t.cpu().Export(0, INT64_MAX), exported, t.cpu().ApplyCalls());
   copy.ExpectSameState("imported from chunks of 7");
   const Rows reimported = SortedByKey(GpuRowsInSlotOrder(copy.gpu(), copy.stream(), rng, 1000),
                                       config.dim, t.cpu().num_slots());

@@ -266,6 +266,22 @@ class TablePair {
     ExpectOk(gpu_->Insert(stream_, d_keys.get(), keys.size(), d_values.get()), "insert");
   }
 
+  // Imports the CPU table's export into the CPU table and `gpu_rows` into the GPU table,
+  // then sets both clocks to `clock`.
+  void Import(const ExportChunk& cpu_rows, const Rows& gpu_rows, int64_t clock) {
+    const std::vector<uint64_t> cpu_keys(cpu_rows.keys.begin(), cpu_rows.keys.end());
+    cpu_.Import(cpu_keys.data(), cpu_keys.size(), cpu_rows.values.data(), cpu_rows.slots.data(),
+                cpu_rows.metadata.data(), serial_);
+    DeviceArray<uint64_t> d_keys(gpu_rows.keys);
+    DeviceArray<float> d_values(gpu_rows.values), d_slots(gpu_rows.slots);
+    DeviceArray<int64_t> d_metadata(gpu_rows.metadata);
+    ExpectOk(gpu_->Import(stream_, d_keys.get(), gpu_rows.keys.size(), d_values.get(),
+                          d_slots.get(), d_metadata.get()),
+             "import");
+    cpu_.SetApplyCalls(clock);
+    ExpectOk(gpu_->SetApplyCalls(stream_, clock), "set the clock");
+  }
+
   // Returns the GPU's count of removed keys.
   int64_t Remove(const std::vector<uint64_t>& keys) {
     const int64_t expected = cpu_.Remove(keys.data(), keys.size(), serial_);
