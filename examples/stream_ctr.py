@@ -15,9 +15,11 @@ turns either off. One fit reads the stream through one dataset (under tfps-launc
 of tf.data service), so no task's memory grows with the chunks.
 
 It backs itself up with tfps.callbacks.IncrementalBackup under --out_dir (by default a
-directory per tfps-launch launch, which its restarts share): a run whose task dies resumes
-at the chunk and step of its last backup, with the stream from the example there. The
-backups are deleted when the stream ends.
+directory per tfps-launch launch, which its restarts share; run on its own, a fresh
+directory per run, so give --out_dir to resume one): a run whose task dies resumes at the
+chunk and step of its last backup, with the stream from the example there. The backups
+are deleted when the stream ends. The chunks are whole batches: --examples and --chunk
+round down to multiples of --batch_size.
 """
 
 import argparse
@@ -142,7 +144,8 @@ class ChunkLog(keras.callbacks.Callback):
             print(f"{record['examples']:>11,} examples  next-chunk auc {auc}  "
                   f"rows {stats['rows']:,} (admitted {stats['admitted']:,}, evicted {stats['evicted']:,}, "
                   f"pending ~{stats['pending']:,}, rejected {stats['rejected']:,})  "
-                  f"{record['examples_per_s']:,}/s  rss MiB {record['rss_mib']}", flush=True)
+                  f"{record['examples_per_s']:,}/s  table MiB {record['table_mib']}  "
+                  f"rss MiB {record['rss_mib']}", flush=True)
         if self.writer is not None:
             with self.writer.as_default(step=record["examples"]):
                 for name in ("rolling_auc", "rows", "admitted", "pending", "rejected", "evicted", "table_mib"):

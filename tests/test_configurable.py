@@ -50,6 +50,16 @@ def test_none_is_none_of_a_policy_and_refused_for_the_others():
         tfps.optimizers.get(None)
 
 
+def test_a_class_or_a_keras_object_is_refused_with_what_to_pass():
+    with pytest.raises(ValueError, match=r"admission= takes an instance, got the class MinCount; use tfps.admission.MinCount\(n\)"):
+        tfps.admission.get(tfps.admission.MinCount)
+    import tf_keras as keras
+    with pytest.raises(ValueError, match=r"is a Keras object, which cannot configure a table's rows .*use tfps.optimizers.SGD"):
+        tfps.optimizers.get(keras.optimizers.Adam())
+    with pytest.raises(ValueError, match=r"is a Keras object.*use tfps.initializers.Zeros"):
+        tfps.initializers.get(keras.initializers.GlorotUniform())
+
+
 @pytest.mark.parametrize("kind, value, message", [
     ("optimizer", tfps.initializers.Zeros(), "Zeros() is an initializer: pass it as initializer=, not optimizer="),
     ("initializer", tfps.eviction.LRU(), "LRU() is an eviction policy: pass it as eviction=, not initializer="),

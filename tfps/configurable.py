@@ -64,6 +64,12 @@ class Kind:
                 raise ValueError(f"tfps {self.name} {identifier!r} needs arguments; use {self.hint}") from None
         if isinstance(identifier, dict) and str(identifier.get("class_name", "")).lower() in self._by_name:
             return self._by_name[identifier["class_name"].lower()].from_config(identifier.get("config", {}))
+        if isinstance(identifier, type) and issubclass(identifier, self.base):
+            raise ValueError(f"{self.argument}= takes an instance, got the class {identifier.__name__}; "
+                             f"use {self.hint}")
+        if type(identifier).__module__.split(".")[0] in ("tf_keras", "keras"):
+            raise ValueError(f"{identifier!r} is a Keras object, which cannot configure a table's rows "
+                             f"(they are updated on the parameter servers); use {self.hint}")
         for other in _KINDS:
             if other is not self and isinstance(identifier, other.base):
                 article = "an" if other.name[0] in "aeiou" else "a"

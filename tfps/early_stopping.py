@@ -23,7 +23,9 @@ class EarlyStopping(keras.callbacks.EarlyStopping):
     snapshot itself, on its parameter server, into that server's memory, or under
     `snapshot_dir`; no row passes through the chief. The snapshot of a new best epoch
     replaces the one before, so a parameter server holds one copy of its rows in memory
-    (none with `snapshot_dir`).
+    (none with `snapshot_dir`). A restored table's clock is the best epoch's too, as the
+    rest of its state is. If fit ends in an exception, the last snapshot is not restored,
+    and under `snapshot_dir` its files stay there.
 
     Args: those of keras.callbacks.EarlyStopping, and
       snapshot_dir: a directory where the parameter servers write the snapshots instead of
