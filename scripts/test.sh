@@ -12,7 +12,7 @@ bash scripts/install_bazel.sh
 stage_done "bazel install"
 # A test that needs bazel or nvcc fails here instead of skipping when the tool is missing.
 export TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1 TFPS_REQUIRE_TOOLS=1
-python3 -m pytest -q tests "$@"
+python3 -m pytest -q --durations=25 tests "$@"
 stage_done "tests under TensorFlow 2.21"
 bash scripts/test_tf216.sh
 stage_done "tests under TensorFlow 2.16.2"
