@@ -74,6 +74,7 @@ class RowOptimizer:
             "adagrad": np.full((1, self.dim), acc0),
             "adam": np.zeros((2, self.dim)),
             "ftrl": np.stack([np.full(self.dim, acc0), np.zeros(self.dim)]),
+            "rmsprop": np.zeros((2, self.dim)),
         }[self.name]
 
     def apply(self, value, slots, g, step):
@@ -97,4 +98,9 @@ class RowOptimizer:
             quad = new_acc ** -p / lr + 2 * l2
             value = np.where(np.abs(lin) > l1, (np.sign(lin) * l1 - lin) / quad, 0.0)
             return value, np.stack([new_acc, lin])
+        if self.name == "rmsprop":  # TensorFlow's ResourceSparseApplyRMSProp
+            rho, momentum, eps = hp.get("rho", 0.9), hp.get("momentum", 0.0), hp.get("epsilon", 1e-7)
+            ms = rho * slots[0] + (1 - rho) * g * g
+            mom = momentum * slots[1] + lr * g / np.sqrt(ms + eps)
+            return value - mom, np.stack([ms, mom])
         raise ValueError(self.name)

@@ -14,7 +14,8 @@ KINDS = {
     "initializer": (tfps.initializers, [tfps.initializers.Zeros(), tfps.initializers.RandomUniform(-1, 2),
                                         tfps.initializers.TruncatedNormal(0.5, 0.1)]),
     "optimizer": (tfps.optimizers, [tfps.optimizers.SGD(0.3), tfps.optimizers.Adagrad(0.2),
-                                    tfps.optimizers.Adam(0.01), tfps.optimizers.Ftrl(0.1)]),
+                                    tfps.optimizers.Adam(0.01), tfps.optimizers.Ftrl(0.1),
+                                    tfps.optimizers.RMSprop(0.1, rho=0.8, momentum=0.5)]),
     "admission": (tfps.admission, [tfps.admission.MinCount(3), tfps.admission.Probability(0.25)]),
     "eviction": (tfps.eviction, [tfps.eviction.TTL(steps=7), tfps.eviction.DecayedFrequency(0.9, 0.5),
                                  tfps.eviction.LRU(), tfps.eviction.LFU()]),
@@ -36,6 +37,7 @@ def test_every_kind_serializes_and_gets_back_an_equal_object(kind):
     ("initializer", "truncated_normal", tfps.initializers.TruncatedNormal),
     ("optimizer", "adagrad", tfps.optimizers.Adagrad),
     ("optimizer", "FTRL", tfps.optimizers.Ftrl),
+    ("optimizer", "rmsprop", tfps.optimizers.RMSprop),
     ("eviction", "lru", tfps.eviction.LRU),
     ("eviction", "LFU", tfps.eviction.LFU),
 ])

@@ -59,7 +59,8 @@ def test_backup_and_restore_resumes_with_the_backed_up_tables(tmp_path):
 
 
 @pytest.mark.parametrize("optimizer,steps_per_execution",
-                         [("legacy-adagrad", 1), ("legacy-adagrad", 10), ("sgd", 1), ("sgd", 10)])
+                         [("legacy-adagrad", 1), ("legacy-adagrad", 10), ("sgd", 1), ("sgd", 10),
+                          ("legacy-rmsprop", 10)])
 def test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows(
         optimizer, steps_per_execution):
     out = run_cluster_program("pss_matches_stock_embedding.py", optimizer, str(steps_per_execution))

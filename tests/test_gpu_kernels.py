@@ -58,7 +58,8 @@ class _Nothing:
 
 
 # L1 as large as the gradients: FTRL's branch that sets coordinates exactly to 0.
-NAMED_OPTIMIZERS = {"ftrl_l1": lambda: tfps.optimizers.Ftrl(0.5, l1_regularization_strength=1.0)}
+NAMED_OPTIMIZERS = {"ftrl_l1": lambda: tfps.optimizers.Ftrl(0.5, l1_regularization_strength=1.0),
+                    "rmsprop": lambda: tfps.optimizers.RMSprop(0.1, momentum=0.5)}
 
 
 def run_script(optimizer, key_dtype, emulated):
@@ -114,7 +115,7 @@ def export_all(session, table, chunk):
 
 
 @pytest.mark.parametrize("key_dtype", [tf.int64, tf.uint64])
-@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl", "ftrl_l1"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad", "adam", "ftrl", "ftrl_l1", "rmsprop"])
 def test_every_table_op_on_the_emulated_gpu_matches_the_cpu_table(emulated_kernels, optimizer, key_dtype):
     cpu = run_script(optimizer, key_dtype, emulated=False)
     gpu = run_script(optimizer, key_dtype, emulated=True)

@@ -25,6 +25,8 @@ TABLE_OPTIMIZERS = {
     "ftrl_l1": (lambda: tfps.optimizers.Ftrl(0.2, l1_regularization_strength=0.05,
                                              l2_regularization_strength=0.01),
                 dict(lr=0.2, l1=0.05, l2=0.01)),
+    "rmsprop": (lambda: tfps.optimizers.RMSprop(0.05, rho=0.8, momentum=0.5),
+                dict(lr=0.05, rho=0.8, momentum=0.5)),
 }
 KERAS_SGD = {"current": lambda: keras.optimizers.SGD(HEAD_LR),
              "legacy": lambda: keras.optimizers.legacy.SGD(HEAD_LR)}
@@ -172,13 +174,23 @@ def test_every_execution_mode_trains_the_table_once_per_step(mode, family):
 
 
 @pytest.mark.parametrize("mode", ["range_loop", "fit_spe10"])
-@pytest.mark.parametrize("optimizer_name", ["sgd", "adam", "ftrl"])
+@pytest.mark.parametrize("optimizer_name", ["sgd", "adam", "ftrl", "rmsprop"])
 def test_each_table_optimizer_follows_its_oracle_inside_loops(optimizer_name, mode):
     ids, labels = data()
     model, layer, head = build_model(optimizer_name)
     kernel0 = head.kernel.numpy()[:, 0].copy()
     train(mode, model, KERAS_SGD["current"](), ids, labels)
     check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "plain_call", "fit"])
+def test_rmsprop_follows_its_oracle_in_the_other_modes(mode):
+    # The optimizer docs/extending.md adds: its momentum slot carries updates across steps.
+    ids, labels = data()
+    model, layer, head = build_model("rmsprop")
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD["legacy"](), ids, labels)
+    check_against_oracle(layer, head, "rmsprop", ids, labels, kernel0)
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "fit", "fit_spe10"])

@@ -74,6 +74,16 @@ def test_clipping_treats_the_table_gradient_as_a_stock_embedding_gradient(keras_
     assert 0 < moved < 0.2 * np.abs(unclipped - start_rows()).max()
 
 
+def test_rmsprop_follows_keras_legacy_rmsprop_on_a_stock_embedding():
+    # With momentum, Keras applies TensorFlow's own ResourceSparseApplyRMSProp kernel to the
+    # embedding: an oracle written by neither tfps nor its tests.
+    stock, ours = fit_both(
+        lambda: keras.optimizers.legacy.RMSprop(0.02, rho=0.8, momentum=0.5, epsilon=1e-6),
+        tfps.optimizers.RMSprop(0.02, rho=0.8, momentum=0.5, epsilon=1e-6), steps_per_execution=3)
+    assert np.abs(stock - start_rows()).max(axis=1).min() > 1e-3  # every row trained
+    np.testing.assert_allclose(ours, stock, rtol=0, atol=2e-6)
+
+
 @pytest.fixture
 def mixed_precision():
     keras.mixed_precision.set_global_policy("mixed_float16")

@@ -80,6 +80,9 @@ OPTIMIZERS = [
     # L1 as large as the gradients: many coordinates exactly 0 (FTRL's other branch).
     ("ftrl", tfps.optimizers.Ftrl(0.4, l1_regularization_strength=1.0, l2_regularization_strength=0.02),
      {"l1": 1.0, "l2": 0.02, "lr_power": -0.5}),
+    ("rmsprop", tfps.optimizers.RMSprop(0.05), {}),
+    ("rmsprop", tfps.optimizers.RMSprop(0.05, rho=0.8, momentum=0.5, epsilon=1e-4),
+     {"rho": 0.8, "momentum": 0.5, "epsilon": 1e-4}),
 ]
 
 

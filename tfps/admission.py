@@ -91,7 +91,9 @@ class Probability(AdmissionPolicy):
         return {"p": self.p, **super().get_config()}
 
 
-KIND = Kind("admission policy", "admission", AdmissionPolicy, (MinCount, Probability),
+# In the order of TFPS_ADMISSION_POLICIES (custom_ops/core/policies.h), after "none".
+POLICIES = (MinCount, Probability)
+KIND = Kind("admission policy", "admission", AdmissionPolicy, POLICIES,
             "tfps.admission.MinCount(n) or tfps.admission.Probability(p)", allows_none=True)
 serialize, get = KIND.serialize, KIND.get  # get(None): every key admitted
 

@@ -26,13 +26,14 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.saved_model import registration
 
+from tfps import optimizers as optimizers_lib
 from tfps._ops import ops
 from tfps.sharded_table import ShardedTable, on_every_shard
 from tfps.table import DynamicTable
 
 SAVER_NAME = "tfps.DynamicTable"  # package.name of the registration below
 FORMAT_VERSION = 2
-_OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+_OPTIMIZERS = tuple(cls.op_name for cls in optimizers_lib.OPTIMIZERS)  # checkpoints record the index
 
 
 class _Mode(threading.local):

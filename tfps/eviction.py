@@ -103,8 +103,10 @@ class LFU(EvictionPolicy):
     op_name = "lfu"
 
 
-KIND = Kind("eviction policy", "eviction", EvictionPolicy, (TTL, DecayedFrequency, LRU, LFU),
-            "tfps.eviction.TTL, DecayedFrequency, LRU or LFU", allows_none=True)
+# In the order of TFPS_EVICTION_POLICIES (custom_ops/core/policies.h), after "none".
+POLICIES = (TTL, DecayedFrequency, LRU, LFU)
+KIND = Kind("eviction policy", "eviction", EvictionPolicy, POLICIES,
+            "tfps.eviction." + ", ".join(c.__name__ for c in POLICIES), allows_none=True)
 serialize, get = KIND.serialize, KIND.get  # get(None): no eviction
 
 

@@ -3,6 +3,11 @@
 They are applied by the table's own ops on the parameter server, row by row, with
 TensorFlow's formulas: a pre-sized Keras embedding trained with the Keras optimizer of the
 same name and hyperparameters follows the same trajectory.
+
+Each class mirrors one line of the C++ registry (TFPS_OPTIMIZERS in
+custom_ops/core/optimizer.h): `op_name`, `num_slots` and the names `op_params()` returns;
+`OPTIMIZERS` lists them in the registry's order, which checkpoints record. A test checks
+the two against each other.
 """
 
 import tensorflow as tf
@@ -12,7 +17,7 @@ from tfps.configurable import Kind
 
 
 class SparseOptimizer:
-    """Base: a name the op understands and a flat list of hyperparameters.
+    """Base: a name the op understands and its named hyperparameters.
 
     learning_rate: a positive number, a Keras `LearningRateSchedule` (evaluated, like the
     Keras optimizer's own, on the Keras optimizer's step when a model trains the table), or
@@ -25,6 +30,7 @@ class SparseOptimizer:
     """
 
     op_name = ""
+    num_slots = 0  # float slots of dim values per row
 
     def __init__(self, learning_rate, clip_row_norm=None):
         if clip_row_norm is not None:
@@ -48,12 +54,8 @@ class SparseOptimizer:
         return tf.cast(self._rate(iterations), tf.float32)
 
     def op_params(self):
-        """Hyperparameters after learning_rate, in the order Tfps>TableCreate expects."""
-        return []
-
-    @property
-    def num_slots(self):
-        return {"sgd": 0, "adagrad": 1, "adam": 2, "ftrl": 2}[self.op_name]
+        """Hyperparameters after learning_rate, by their names in the C++ registry."""
+        return {}
 
     def _rate_config(self):
         if isinstance(self._rate, _schedules().LearningRateSchedule):
@@ -115,6 +117,7 @@ class Adagrad(SparseOptimizer):
     """accumulator += g^2; value -= lr * g / (sqrt(accumulator) + epsilon)."""
 
     op_name = "adagrad"
+    num_slots = 1  # accumulator
 
     def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1, epsilon=1e-7,
                  clip_row_norm=None):
@@ -124,7 +127,7 @@ class Adagrad(SparseOptimizer):
         self.epsilon = float(epsilon)
 
     def op_params(self):
-        return [self.initial_accumulator_value, self.epsilon]
+        return {"initial_accumulator": self.initial_accumulator_value, "epsilon": self.epsilon}
 
     def get_config(self):
         return {"learning_rate": self._rate_config(),
@@ -136,6 +139,7 @@ class Adam(SparseOptimizer):
     """Lazy Adam: each row keeps its own step count, so rarely seen rows are not decayed."""
 
     op_name = "adam"
+    num_slots = 2  # m, v
 
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  clip_row_norm=None):
@@ -146,7 +150,7 @@ class Adam(SparseOptimizer):
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
     def op_params(self):
-        return [self.beta_1, self.beta_2, self.epsilon]
+        return {"beta1": self.beta_1, "beta2": self.beta_2, "epsilon": self.epsilon}
 
     def get_config(self):
         return {"learning_rate": self._rate_config(), "beta_1": self.beta_1,
@@ -157,6 +161,7 @@ class Ftrl(SparseOptimizer):
     """FTRL-Proximal (TensorFlow's ApplyFtrlV2 without shrinkage); beta folds into l2."""
 
     op_name = "ftrl"
+    num_slots = 2  # accumulator, linear
 
     def __init__(self, learning_rate=0.001, learning_rate_power=-0.5,
                  initial_accumulator_value=0.1, l1_regularization_strength=0.0,
@@ -182,8 +187,9 @@ class Ftrl(SparseOptimizer):
 
     def op_params(self):
         l2 = self.l2_regularization_strength + self.beta / (2.0 * self.learning_rate)
-        return [self.initial_accumulator_value, self.l1_regularization_strength, l2,
-                self.learning_rate_power]
+        return {"initial_accumulator": self.initial_accumulator_value,
+                "l1": self.l1_regularization_strength, "l2": l2,
+                "lr_power": self.learning_rate_power}
 
     def get_config(self):
         return {"learning_rate": self._rate_config(),
@@ -194,8 +200,39 @@ class Ftrl(SparseOptimizer):
                 "beta": self.beta, **self._clip_config()}
 
 
-KIND = Kind("optimizer", "optimizer", SparseOptimizer, (SGD, Adagrad, Adam, Ftrl),
-            "tfps.optimizers.SGD, Adagrad, Adam or Ftrl")
+class RMSprop(SparseOptimizer):
+    """TensorFlow's ResourceSparseApplyRMSProp: ms = rho * ms + (1 - rho) * g^2;
+    mom = momentum * mom + lr * g / sqrt(ms + epsilon); value -= mom, on the rows a step
+    looks up only. With momentum > 0 that is what tf_keras.optimizers.legacy.RMSprop does to
+    an embedding; with momentum 0 Keras instead decays every row's ms each step (and adds
+    epsilon outside the square root), which a table of rows it never sees cannot do, so the
+    table stays lazy. Not centered."""
+
+    op_name = "rmsprop"
+    num_slots = 2  # ms, mom
+
+    def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7,
+                 clip_row_norm=None):
+        super().__init__(learning_rate, clip_row_norm)
+        for name, fraction in (("rho", rho), ("momentum", momentum)):
+            if not (arguments.is_number(fraction) and 0.0 <= fraction < 1.0):
+                raise ValueError(f"RMSprop: {name} must be in [0, 1), got {fraction!r}")
+        if not (arguments.is_number(epsilon) and epsilon >= 0):
+            raise ValueError(f"RMSprop: epsilon must be a number >= 0, got {epsilon!r}")
+        self.rho, self.momentum, self.epsilon = float(rho), float(momentum), float(epsilon)
+
+    def op_params(self):
+        return {"rho": self.rho, "momentum": self.momentum, "epsilon": self.epsilon}
+
+    def get_config(self):
+        return {"learning_rate": self._rate_config(), "rho": self.rho, "momentum": self.momentum,
+                "epsilon": self.epsilon, **self._clip_config()}
+
+
+# In the C++ registry's order.
+OPTIMIZERS = (SGD, Adagrad, Adam, Ftrl, RMSprop)
+KIND = Kind("optimizer", "optimizer", SparseOptimizer, OPTIMIZERS,
+            "tfps.optimizers." + ", ".join(c.__name__ for c in OPTIMIZERS))
 serialize, get = KIND.serialize, KIND.get
 
 

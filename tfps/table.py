@@ -141,11 +141,13 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         return self._max_rows
 
     def _create_resource(self):
+        hyperparameters = self._optimizer.op_params()
         return ops.tfps_table_create(
             dim=self._dim,
             optimizer=self._optimizer.op_name,
             learning_rate=self._optimizer.learning_rate,
-            optimizer_params=self._optimizer.op_params(),
+            optimizer_params=list(hyperparameters.values()),
+            optimizer_param_names=list(hyperparameters),
             initializer=self._initializer.op_name,
             initializer_params=self._initializer.op_params(),
             seed=self._seed,

@@ -22,12 +22,20 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "custom_ops/core/hashing.h"
 
 namespace tfps {
 
-enum class AdmissionKind : int { kNone = 0, kMinCount = 1, kProbability = 2 };
+// X(enum, name in ops). Each policy's rule is its case in Table::AdmitsOccurrences.
+#define TFPS_ADMISSION_POLICIES(X) \
+  X(kNone, "none")                 \
+  X(kMinCount, "min_count")        \
+  X(kProbability, "probability")
+
+#define TFPS_POLICY_ENUM(kind, name, ...) kind,
+enum class AdmissionKind : int { TFPS_ADMISSION_POLICIES(TFPS_POLICY_ENUM) };
 
 struct AdmissionConfig {
   AdmissionKind kind = AdmissionKind::kNone;
@@ -37,7 +45,19 @@ struct AdmissionConfig {
   int64_t sketch_bytes = 0;
 };
 
-enum class EvictionKind : int { kNone = 0, kTtl = 1, kDecayedFrequency = 2, kLru = 3, kLfu = 4 };
+// X(enum, name in ops, removes expired rows by itself (the sweep), keeps a per-row decayed
+// score). Each policy's rule is its case in eviction.cc's Expired (which rows go by
+// themselves) and Rank (the order a row cap evicts in, lowest first); tfps/eviction.py has
+// a class per line, checked against this list by tests/test_registries.py.
+#define TFPS_EVICTION_POLICIES(X)                         \
+  X(kNone, "none", false, false)                          \
+  X(kTtl, "ttl", true, false)                             \
+  X(kDecayedFrequency, "decayed_frequency", true, true)   \
+  X(kLru, "lru", false, false)                            \
+  X(kLfu, "lfu", false, false)
+
+enum class EvictionKind : int { TFPS_EVICTION_POLICIES(TFPS_POLICY_ENUM) };
+#undef TFPS_POLICY_ENUM
 
 struct EvictionConfig {
   EvictionKind kind = EvictionKind::kNone;
@@ -49,8 +69,29 @@ struct EvictionConfig {
 };
 
 inline bool Sweeps(const EvictionConfig& e) {
-  return e.kind == EvictionKind::kTtl || e.kind == EvictionKind::kDecayedFrequency;
+#define TFPS_EVICTION_SWEEPS(k, name, sweeps, keeps_score) \
+  case EvictionKind::k: return sweeps;
+  switch (e.kind) { TFPS_EVICTION_POLICIES(TFPS_EVICTION_SWEEPS) }
+#undef TFPS_EVICTION_SWEEPS
+  return false;
 }
+
+TFPS_HOST_DEVICE bool KeepsScore(EvictionKind kind) {
+#define TFPS_EVICTION_SCORE(k, name, sweeps, keeps_score) \
+  case EvictionKind::k: return keeps_score;
+  switch (kind) { TFPS_EVICTION_POLICIES(TFPS_EVICTION_SCORE) }
+#undef TFPS_EVICTION_SCORE
+  return false;
+}
+
+// Names in the registries above; Parse* return false for an unknown name, *Names list the
+// known ones for error messages (eviction.cc).
+const char* AdmissionPolicyName(AdmissionKind kind);
+bool ParseAdmissionPolicy(const std::string& name, AdmissionKind* kind);
+std::string AdmissionPolicyNames();
+const char* EvictionPolicyName(EvictionKind kind);
+bool ParseEvictionPolicy(const std::string& name, EvictionKind* kind);
+std::string EvictionPolicyNames();
 
 // Whether occurrence `index` (0-based, over the key's whole history) of `key` admits it.
 inline bool DrawsAdmission(uint64_t seed, uint64_t key, uint64_t index, float probability) {

@@ -31,8 +31,8 @@ struct RowLayout {
   bool has_score;
 
   RowLayout(int dim, OptimizerKind optimizer, EvictionKind eviction)
-      : dim(dim), num_slots(NumSlots(optimizer)), has_step(optimizer == OptimizerKind::kAdam),
-        has_score(eviction == EvictionKind::kDecayedFrequency) {}
+      : dim(dim), num_slots(NumSlots(optimizer)), has_step(KeepsRowStep(optimizer)),
+        has_score(KeepsScore(eviction)) {}
 
   RowView View(char* row) const {
     float* value = reinterpret_cast<float*>(row + sizeof(RowHeader));

@@ -702,15 +702,6 @@ ParallelFor ThreadedParallelFor(int num_threads) {
   };
 }
 
-bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
-  if (name == "sgd") *kind = OptimizerKind::kSgd;
-  else if (name == "adagrad") *kind = OptimizerKind::kAdagrad;
-  else if (name == "adam") *kind = OptimizerKind::kAdam;
-  else if (name == "ftrl") *kind = OptimizerKind::kFtrl;
-  else return false;
-  return true;
-}
-
 bool ParseInitializerKind(const std::string& name, InitializerKind* kind) {
   if (name == "zeros") *kind = InitializerKind::kZeros;
   else if (name == "uniform") *kind = InitializerKind::kUniform;

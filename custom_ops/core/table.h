@@ -350,9 +350,8 @@ class Table {
   std::vector<std::unique_ptr<Stripe>> stripes_;
 };
 
-// "sgd", "adagrad", "adam", "ftrl" and "zeros", "uniform", "truncated_normal"; false if
-// the name is unknown.
-bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind);
+// "zeros", "uniform", "truncated_normal"; false if the name is unknown (optimizers:
+// ParseOptimizerKind in optimizer.h).
 bool ParseInitializerKind(const std::string& name, InitializerKind* kind);
 
 }  // namespace tfps

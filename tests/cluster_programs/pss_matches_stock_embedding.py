@@ -5,7 +5,8 @@ models' embedding rows and output kernels. With one worker the steps run in orde
 two must agree exactly.
 
 Usage: pss_matches_stock_embedding.py OPTIMIZER STEPS_PER_EXECUTION, OPTIMIZER one of
-legacy-adagrad (keras.optimizers.legacy.Adagrad) or sgd (the current keras.optimizers.SGD);
+legacy-adagrad (keras.optimizers.legacy.Adagrad), legacy-rmsprop (with momentum, which
+TensorFlow's sparse kernel applies) or sgd (the current keras.optimizers.SGD);
 the table's optimizer is tfps' of the same kind."""
 
 import json
@@ -34,6 +35,8 @@ def batches(_):
 OPTIMIZERS = {
     "legacy-adagrad": (lambda: tfps.optimizers.Adagrad(0.2),
                        lambda: keras.optimizers.legacy.Adagrad(0.2)),
+    "legacy-rmsprop": (lambda: tfps.optimizers.RMSprop(0.05, momentum=0.5),
+                       lambda: keras.optimizers.legacy.RMSprop(0.05, momentum=0.5)),
     "sgd": (lambda: tfps.optimizers.SGD(0.5), lambda: keras.optimizers.SGD(0.5)),
 }
 

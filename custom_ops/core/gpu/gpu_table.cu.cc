@@ -62,7 +62,7 @@ Status CheckConfig(const char* op, const GpuTableConfig& config) {
   TFPS_GPU_RETURN_IF_ERROR(CheckInRange(op, "dim", config.dim, 1, 65536));
   TFPS_GPU_RETURN_IF_ERROR(CheckInRange(op, "optimizer kind",
                                         static_cast<int>(config.optimizer.kind), 0,
-                                        static_cast<int>(OptimizerKind::kFtrl)));
+                                        kNumOptimizers - 1));
   TFPS_GPU_RETURN_IF_ERROR(CheckInRange(op, "initializer kind",
                                         static_cast<int>(config.initializer.kind), 0,
                                         static_cast<int>(InitializerKind::kTruncatedNormal)));
@@ -173,7 +173,7 @@ Status GpuTable::AllocateArrays(const char* op, cudaStream_t stream, uint64_t ca
   block.Add(&v.slots, capacity * dim * num_slots_);
   block.Add(&v.counts, capacity);
   block.Add(&v.last_steps, capacity);
-  if (config_.optimizer.kind == OptimizerKind::kAdam) block.Add(&v.opt_steps, capacity);
+  if (KeepsRowStep(config_.optimizer.kind)) block.Add(&v.opt_steps, capacity);
   block.Add(&v.counters, kCounterWords);
   void* memory = nullptr;
   TFPS_GPU_RETURN_IF_ERROR(

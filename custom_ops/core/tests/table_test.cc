@@ -413,8 +413,8 @@ std::map<int64_t, std::vector<float>> ExportedValues(const Table& t, int64_t* ro
 // what applies leave regardless of their order must equal a serial replay: SGD values,
 // Adagrad and FTRL accumulators (sums of g^2), per-row counts and Adam steps.
 void TestEveryOperationAtOnceMatchesASerialReplay() {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam,
-                             OptimizerKind::kFtrl}) {
+  for (int k = 0; k < kNumOptimizers; ++k) {
+    const OptimizerKind kind = static_cast<OptimizerKind>(k);
     const int dim = 4, kRounds = 60, kBatch = 256, kTrainKeys = 1500;
     TableConfig config = Config(dim, kind, InitializerKind::kUniform, 3);
     Table shared(config), replay(config);

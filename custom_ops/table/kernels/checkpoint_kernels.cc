@@ -207,7 +207,8 @@ class RowFilesCheckOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("optimizer", &optimizer));
     OptimizerKind kind;
     OP_REQUIRES(ctx, ParseOptimizerKind(optimizer, &kind),
-                absl::InvalidArgumentError(absl::StrCat("Tfps>RowFilesCheck: optimizer ", optimizer)));
+                absl::InvalidArgumentError(absl::StrCat("Tfps>RowFilesCheck: unknown optimizer '", optimizer,
+                                                     "'; known: ", OptimizerNames())));
     dim_ = static_cast<uint32_t>(dim);
     num_slots_ = static_cast<uint32_t>(num_slots);
     optimizer_ = static_cast<uint32_t>(kind);

@@ -358,8 +358,9 @@ absl::Status CheckRowFile(::tensorflow::Env* env, const std::string& path, int64
   if (h.dim != dim || h.num_slots != num_slots || h.optimizer != optimizer) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tfps checkpoint file '", path, "' holds rows of dim ", h.dim, " with ", h.num_slots,
-        " slots of optimizer ", h.optimizer, "; the table has dim ", dim, " with ", num_slots,
-        " slots of optimizer ", optimizer, " (0 sgd, 1 adagrad, 2 adam, 3 ftrl)"));
+        " slots of optimizer ", OptimizerName(static_cast<OptimizerKind>(h.optimizer)),
+        "; the table has dim ", dim, " with ", num_slots, " slots of optimizer ",
+        OptimizerName(static_cast<OptimizerKind>(optimizer))));
   }
   ExportChunk chunk;
   for (bool done = false; !done;) TF_RETURN_IF_ERROR(reader->Next(&chunk, &done));

@@ -27,22 +27,16 @@ absl::Status OutOfMemory(const std::string& op, const std::string& table, int64_
 }
 
 std::string DescribeTableConfig(const TableConfig& c) {
-  static const char* kOptimizers[] = {"sgd", "adagrad", "adam", "ftrl"};
   static const char* kInitializers[] = {"zeros", "uniform", "truncated_normal"};
-  static const char* kAdmissions[] = {"none", "min_count", "probability"};
-  static const char* kEvictions[] = {"none", "ttl", "decayed_frequency", "lru", "lfu"};
-  const OptimizerConfig& o = c.optimizer;
   const AdmissionConfig& a = c.admission;
   const EvictionConfig& e = c.eviction;
   return absl::StrCat(
-      "dim ", c.dim, ", optimizer ", kOptimizers[static_cast<int>(o.kind)], " (learning_rate ",
-      o.learning_rate, ", initial_accumulator ", o.initial_accumulator, ", epsilon ", o.epsilon,
-      ", beta1 ", o.beta1, ", beta2 ", o.beta2, ", l1 ", o.l1, ", l2 ", o.l2, ", lr_power ",
-      o.lr_power, "), initializer ", kInitializers[static_cast<int>(c.initializer.kind)], " (",
-      c.initializer.a, ", ", c.initializer.b, "), seed ", c.seed, ", admission ",
-      kAdmissions[static_cast<int>(a.kind)], " (min_count ", a.min_count, ", probability ",
-      a.probability, ", sketch_bytes ", a.sketch_bytes, "), eviction ",
-      kEvictions[static_cast<int>(e.kind)], " (ttl_steps ", e.ttl_steps, ", ttl_seconds ",
+      "dim ", c.dim, ", optimizer ", DescribeOptimizer(c.optimizer), ", initializer ",
+      kInitializers[static_cast<int>(c.initializer.kind)], " (", c.initializer.a, ", ",
+      c.initializer.b, "), seed ", c.seed, ", admission ", AdmissionPolicyName(a.kind),
+      " (min_count ", a.min_count, ", probability ", a.probability, ", sketch_bytes ",
+      a.sketch_bytes, "), eviction ",
+      EvictionPolicyName(e.kind), " (ttl_steps ", e.ttl_steps, ", ttl_seconds ",
       e.ttl_seconds, ", decay ", e.decay, ", threshold ", e.threshold, ", max_rows ", e.max_rows,
       ")");
 }
@@ -79,9 +73,9 @@ absl::Status ParsePolicies(OpKernelConstruction* ctx, TableConfig* config) {
   auto invalid = [](auto&&... parts) {
     return absl::InvalidArgumentError(absl::StrCat("Tfps>TableCreate: ", parts...));
   };
-  a.kind = admission == "min_count"     ? AdmissionKind::kMinCount
-           : admission == "probability" ? AdmissionKind::kProbability
-                                        : AdmissionKind::kNone;
+  if (!ParseAdmissionPolicy(admission, &a.kind)) {
+    return invalid("unknown admission policy '", admission, "'; known: ", AdmissionPolicyNames());
+  }
   if (a.kind == AdmissionKind::kMinCount && !(a.min_count >= 1 && a.min_count <= 0xffffffffLL)) {
     return invalid("min_count must be in [1, 2^32), got ", a.min_count);
   }
@@ -91,11 +85,9 @@ absl::Status ParsePolicies(OpKernelConstruction* ctx, TableConfig* config) {
   if (a.sketch_bytes < 0 || a.sketch_bytes > (int64_t{1} << 40)) {
     return invalid("sketch_bytes must be in [0, 2^40] (0: exact counts), got ", a.sketch_bytes);
   }
-  e.kind = eviction == "ttl"                 ? EvictionKind::kTtl
-           : eviction == "decayed_frequency" ? EvictionKind::kDecayedFrequency
-           : eviction == "lru"               ? EvictionKind::kLru
-           : eviction == "lfu"               ? EvictionKind::kLfu
-                                             : EvictionKind::kNone;
+  if (!ParseEvictionPolicy(eviction, &e.kind)) {
+    return invalid("unknown eviction policy '", eviction, "'; known: ", EvictionPolicyNames());
+  }
   if (e.kind == EvictionKind::kTtl &&
       ((e.ttl_steps > 0) == (e.ttl_seconds > 0) || e.ttl_steps < 0 || !(e.ttl_seconds >= 0) ||
        !std::isfinite(e.ttl_seconds))) {
@@ -124,12 +116,14 @@ absl::Status ParsePolicies(OpKernelConstruction* ctx, TableConfig* config) {
 absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
   int64_t dim = 0, seed = 0;
   std::string optimizer, initializer;
+  std::vector<std::string> opt_param_names;
   std::vector<float> opt_params, init_params;
   float lr = 0;
   TF_RETURN_IF_ERROR(ctx->GetAttr("dim", &dim));
   TF_RETURN_IF_ERROR(ctx->GetAttr("optimizer", &optimizer));
   TF_RETURN_IF_ERROR(ctx->GetAttr("learning_rate", &lr));
   TF_RETURN_IF_ERROR(ctx->GetAttr("optimizer_params", &opt_params));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("optimizer_param_names", &opt_param_names));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer", &initializer));
   TF_RETURN_IF_ERROR(ctx->GetAttr("initializer_params", &init_params));
   TF_RETURN_IF_ERROR(ctx->GetAttr("seed", &seed));
@@ -145,67 +139,13 @@ absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
   config->seed = static_cast<uint64_t>(seed);
   OptimizerConfig& opt = config->optimizer;
   opt.learning_rate = lr;
-  ParseOptimizerKind(optimizer, &opt.kind);  // the attr's allowed values are checked by TF
-  switch (opt.kind) {
-    case OptimizerKind::kSgd:
-      TF_RETURN_IF_ERROR(ExpectParams("sgd", opt_params, 0, "none"));
-      break;
-    case OptimizerKind::kAdagrad:
-      TF_RETURN_IF_ERROR(ExpectParams("adagrad", opt_params, 2, "initial_accumulator, epsilon"));
-      opt.initial_accumulator = opt_params[0];
-      opt.epsilon = opt_params[1];
-      break;
-    case OptimizerKind::kAdam:
-      TF_RETURN_IF_ERROR(ExpectParams("adam", opt_params, 3, "beta1, beta2, epsilon"));
-      opt.beta1 = opt_params[0];
-      opt.beta2 = opt_params[1];
-      opt.epsilon = opt_params[2];
-      break;
-    case OptimizerKind::kFtrl:
-      TF_RETURN_IF_ERROR(ExpectParams("ftrl", opt_params, 4, "initial_accumulator, l1, l2, lr_power"));
-      opt.initial_accumulator = opt_params[0];
-      opt.l1 = opt_params[1];
-      opt.l2 = opt_params[2];
-      opt.lr_power = opt_params[3];
-      if (opt.lr_power > 0.0f) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Tfps>TableCreate: ftrl lr_power must be <= 0, got ", opt.lr_power));
-      }
-      break;
+  if (!ParseOptimizerKind(optimizer, &opt.kind)) {
+    return absl::InvalidArgumentError(absl::StrCat("Tfps>TableCreate: unknown optimizer '",
+                                                   optimizer, "'; known: ", OptimizerNames()));
   }
-  // TF checks none of these attrs' ranges; a bad one would train silently wrong.
-  if (opt.kind == OptimizerKind::kAdam) {
-    for (const auto& [name, beta] : {std::pair<const char*, float>{"beta1", opt.beta1},
-                                     std::pair<const char*, float>{"beta2", opt.beta2}}) {
-      if (!(beta >= 0.0f && beta < 1.0f)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Tfps>TableCreate: adam ", name, " must be in [0, 1), got ", beta));
-      }
-    }
-  }
-  if ((opt.kind == OptimizerKind::kAdagrad || opt.kind == OptimizerKind::kAdam) &&
-      !(opt.epsilon >= 0.0f && std::isfinite(opt.epsilon))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Tfps>TableCreate: ", optimizer, " epsilon must be a finite number >= 0, got ", opt.epsilon));
-  }
-  if (opt.kind == OptimizerKind::kFtrl) {
-    for (const auto& [name, strength] : {std::pair<const char*, float>{"l1", opt.l1},
-                                         std::pair<const char*, float>{"l2", opt.l2}}) {
-      if (!(strength >= 0.0f && std::isfinite(strength))) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Tfps>TableCreate: ftrl ", name, " must be a finite number >= 0, got ", strength));
-      }
-    }
-    if (!std::isfinite(opt.lr_power)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Tfps>TableCreate: ftrl lr_power must be finite, got ", opt.lr_power));
-    }
-  }
-  if ((opt.kind == OptimizerKind::kAdagrad || opt.kind == OptimizerKind::kFtrl) &&
-      !(opt.initial_accumulator > 0.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Tfps>TableCreate: ", optimizer, " initial_accumulator must be > 0, got ",
-        opt.initial_accumulator));
+  const std::string params_error = SetOptimizerParams(opt_param_names, opt_params, &opt);
+  if (!params_error.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("Tfps>TableCreate: ", params_error));
   }
   InitializerConfig& init = config->initializer;
   ParseInitializerKind(initializer, &init.kind);

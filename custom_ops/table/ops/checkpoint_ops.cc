@@ -96,7 +96,7 @@ REGISTER_OP("Tfps>RowFilesCheck")
     .Output("clock: int64")
     .Attr("dim: int >= 1")
     .Attr("num_slots: int >= 0")
-    .Attr("optimizer: {'sgd', 'adagrad', 'adam', 'ftrl'}")
+    .Attr("optimizer: string")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) { return ScalarResult(c, {0}, {1, 2}); })
     .Doc(R"doc(

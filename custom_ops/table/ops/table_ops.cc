@@ -54,18 +54,19 @@ absl::Status LookupShape(InferenceContext* c) {
 REGISTER_OP("Tfps>TableCreate")
     .Output("table_handle: resource")
     .Attr("dim: int >= 1")
-    .Attr("optimizer: {'sgd', 'adagrad', 'adam', 'ftrl'}")
+    .Attr("optimizer: string")
     .Attr("learning_rate: float")
     .Attr("optimizer_params: list(float) = []")
+    .Attr("optimizer_param_names: list(string) = []")
     .Attr("initializer: {'zeros', 'uniform', 'truncated_normal'}")
     .Attr("initializer_params: list(float) = []")
     .Attr("seed: int = 0")
     .Attr("huge_pages: bool = false")
-    .Attr("admission: {'none', 'min_count', 'probability'} = 'none'")
+    .Attr("admission: string = 'none'")
     .Attr("min_count: int = 1")
     .Attr("admission_probability: float = 1.0")
     .Attr("sketch_bytes: int = 0")
-    .Attr("eviction: {'none', 'ttl', 'decayed_frequency', 'lru', 'lfu'} = 'none'")
+    .Attr("eviction: string = 'none'")
     .Attr("ttl_steps: int = 0")
     .Attr("ttl_seconds: float = 0.0")
     .Attr("decay: float = 1.0")
@@ -77,15 +78,18 @@ REGISTER_OP("Tfps>TableCreate")
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 Creates (or finds, by shared_name) a dynamic embedding table.
-optimizer_params: adagrad [initial_accumulator, epsilon]; adam [beta1, beta2, epsilon];
-  ftrl [initial_accumulator, l1, l2, lr_power]; sgd [].
+optimizer: a name in custom_ops/core/optimizer.h's TFPS_OPTIMIZERS.
+optimizer_params: the optimizer's hyperparameters after learning_rate, each named by the
+  same index of optimizer_param_names (empty: in the registry's order).
 initializer_params: uniform [low, high]; truncated_normal [mean, stddev]; zeros [].
-admission: min_count (a key gets a row after min_count occurrences) or probability (each
-  occurrence admits it with admission_probability); absent keys are counted in a sketch of
-  sketch_bytes, or exactly when it is 0.
-eviction: ttl (rows unseen for ttl_steps of the clock, or ttl_seconds, go), decayed_frequency
-  (rows whose score, decayed by `decay` per step, is under `threshold` go), lru or lfu (the
-  order max_rows evicts in; ttl evicts as lru, decayed_frequency by score).
+admission: a name in custom_ops/core/policies.h's TFPS_ADMISSION_POLICIES: min_count (a key
+  gets a row after min_count occurrences) or probability (each occurrence admits it with
+  admission_probability); absent keys are counted in a sketch of sketch_bytes, or exactly
+  when it is 0.
+eviction: a name in TFPS_EVICTION_POLICIES: ttl (rows unseen for ttl_steps of the clock, or
+  ttl_seconds, go), decayed_frequency (rows whose score, decayed by `decay` per step, is
+  under `threshold` go), lru or lfu (the order max_rows evicts in; ttl evicts as lru,
+  decayed_frequency by score).
 max_rows: this table's cap on rows (0: none).
 )doc");
 

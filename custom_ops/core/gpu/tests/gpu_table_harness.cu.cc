@@ -455,10 +455,15 @@ int main(int argc, char** argv) {
                       Config(O::kAdam, I::kTruncatedNormal, 8), true);
   TestOperationsMatch("ftrl uniform dim 3 random", ftrl, false);
   TestOperationsMatch("ftrl lr_power -0.3 l1 l2 zeros dim 16 power-law", ftrl_power, true);
-  for (O o : {O::kSgd, O::kAdagrad, O::kAdam, O::kFtrl}) {
-    TestHeavilyRepeatedKeys("repeated keys, optimizer " + std::to_string(static_cast<int>(o)),
+  TableConfig rmsprop_momentum = Config(O::kRmsprop, I::kUniform, 8);
+  rmsprop_momentum.optimizer.momentum = 0.5f;
+  TestOperationsMatch("rmsprop momentum 0.5 uniform dim 8 power-law", rmsprop_momentum, true);
+  for (int k = 0; k < kNumOptimizers; ++k) {  // every registered optimizer
+    const O o = static_cast<O>(k);
+    TestHeavilyRepeatedKeys(std::string("repeated keys, ") + OptimizerName(o),
                             Config(o, I::kUniform, 6));
   }
+  TestHeavilyRepeatedKeys("repeated keys, rmsprop momentum 0.5", rmsprop_momentum);
   TestHeavilyRepeatedKeys("repeated keys, ftrl lr_power -0.3", ftrl_power);
   TestRemoveAndReinsert(Config(O::kAdam, I::kUniform, 8));
   TestInsertExportImport(Config(O::kFtrl, I::kTruncatedNormal, 4));
@@ -474,7 +479,8 @@ int main(int argc, char** argv) {
       {"adagrad", Config(O::kAdagrad, I::kUniform, 4)},
       {"adam", Config(O::kAdam, I::kTruncatedNormal, 4)},
       {"ftrl", Config(O::kFtrl, I::kUniform, 4)},
-      {"ftrl l1", ftrl_l1}};
+      {"ftrl l1", ftrl_l1},
+      {"rmsprop momentum 0.5", rmsprop_momentum}};
   for (const auto& [name, config] : sequences) {
     for (bool top_bit : {false, true}) TestTensorFlowOpSequence(name, config, top_bit);
   }
