@@ -28,7 +28,7 @@
 
 namespace tfps {
 
-// X(enum, name in ops). Each policy's rule is its case in Table::AdmitsOccurrences.
+// X(enum, name in ops). Each policy's rule is its case in Table::Admits.
 #define TFPS_ADMISSION_POLICIES(X) \
   X(kNone, "none")                 \
   X(kMinCount, "min_count")        \

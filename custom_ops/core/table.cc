@@ -398,12 +398,17 @@ bool Table::Admits(Stripe& s, uint64_t key, int64_t seen, uint32_t* count) const
   const uint32_t before = s.pending.Add(key, occurrences);
   const uint64_t after = std::min<uint64_t>(uint64_t{before} + occurrences, s.pending.MaxCount());
   bool admit = after >= s.pending.MaxCount();  // a saturated count is frequent enough
-  if (admission.kind == AdmissionKind::kMinCount) {
-    admit |= after >= static_cast<uint64_t>(admission.min_count);
-  } else {
-    for (uint64_t i = before; i < uint64_t{before} + occurrences && !admit; ++i) {
-      admit = DrawsAdmission(config_.seed, key, i, admission.probability);
-    }
+  switch (admission.kind) {
+    case AdmissionKind::kMinCount:
+      admit |= after >= static_cast<uint64_t>(admission.min_count);
+      break;
+    case AdmissionKind::kProbability:
+      for (uint64_t i = before; i < uint64_t{before} + occurrences && !admit; ++i) {
+        admit = DrawsAdmission(config_.seed, key, i, admission.probability);
+      }
+      break;
+    case AdmissionKind::kNone:  // not called: every key has a row
+      break;
   }
   if (admit) {
     s.pending.Forget(key);
