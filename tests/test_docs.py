@@ -1,18 +1,31 @@
-"""Code that docs quote from the sources still says what the docs show: each block after an
-`<!-- excerpt: path -->` line appears, line for line, in that file."""
+"""The README and docs/ hold only code that runs or matches its source: the README's quick
+start trains and exports locally and under tfps-launch, and stock TensorFlow serves the
+export; each block after an `<!-- excerpt: path -->` line appears, line for line, in that
+file; every command shown names a script, module or flag that exists."""
 
 import glob
 import os
 import re
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXCERPT = re.compile(r"<!-- excerpt: (\S+) -->\n```\w*\n(.*?)```", re.S)
 
 
+DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "README.md")]
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def excerpts():
-    for doc in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")) + [os.path.join(ROOT, "README.md")]):
+    for doc in DOCS:
         with open(doc) as f:
             for i, match in enumerate(EXCERPT.finditer(f.read())):
                 yield pytest.param(match.group(1), match.group(2),
@@ -30,3 +43,72 @@ def test_each_excerpt_is_in_its_file_as_shown(path, block):
 
 def test_the_extending_guide_quotes_sources():
     assert len([p for p in excerpts() if "extending.md" in p.id]) >= 7
+
+
+def quick_start():
+    return re.search(r"## Quick start\n.*?```python\n(.*?)```", read(os.path.join(ROOT, "README.md")),
+                     re.S).group(1)
+
+
+def served_auc(export_dir):
+    """AUC of the export's predictions on the quick start's examples, in a process that
+    never imports tfps."""
+    program = f"""
+import numpy as np, tensorflow as tf
+from sklearn.metrics import roc_auc_score
+rng = np.random.default_rng(0)
+pairs = rng.integers(0, 1000, size=(8192, 2))
+ids = rng.integers(-2**63, 2**63, size=1000, dtype=np.int64)[pairs]
+labels = (np.sin(pairs[:, 0]) + np.cos(pairs[:, 1]) > 0).astype(np.float32)
+serve = tf.saved_model.load({export_dir!r}).signatures["serving_default"]
+(name,) = serve.structured_input_signature[1]
+(out,) = serve(**{{name: tf.constant(ids)}}).values()
+import sys; assert "tfps" not in sys.modules
+print(roc_auc_score(labels, out.numpy().ravel()))
+"""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env,
+                         timeout=300, cwd=os.path.dirname(export_dir))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return float(out.stdout.split()[-1])
+
+
+@pytest.mark.parametrize("launch", [[], [sys.executable, "-m", "tfps.launch", "--num_ps", "2",
+                                         "--num_workers", "2"]], ids=["local", "tfps-launch"])
+def test_the_readme_quick_start_trains_and_stock_tensorflow_serves_its_export(tmp_path, launch):
+    assert len(quick_start().splitlines()) <= 30
+    (tmp_path / "quickstart.py").write_text(quick_start())
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = (launch or [sys.executable]) + ["quickstart.py"]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    # 1000 users and 1000 items, each its own row whichever shard holds it.
+    assert "rows: 2000" in out.stdout + out.stderr
+    assert served_auc(str(tmp_path / "export" / "1")) > 0.75  # the rows trained
+
+
+def shown_commands():
+    """(doc, command) for every indented or fenced shell line that runs a file or module."""
+    for doc in DOCS:
+        for line in re.findall(r"^(?:    )((?:python|bash|tfps-launch) .*)$", read(doc), re.M):
+            yield os.path.basename(doc), line.split("#")[0].split()
+
+
+def test_every_command_shown_names_what_exists():
+    seen = 0
+    launch_flags = subprocess.run([sys.executable, "-m", "tfps.launch", "--help"], capture_output=True,
+                                  text=True, env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+    for doc, words in shown_commands():
+        seen += 1
+        if words[0] == "tfps-launch":
+            for flag in (w for w in words if w.startswith("--") and not w.startswith("--data")):
+                assert flag in launch_flags, (doc, words)
+            words = ["python"] + [w for w in words if w.endswith(".py")]
+        if words[1] == "-m":
+            module = words[2].replace(".", "/")
+            assert os.path.exists(os.path.join(ROOT, module + ".py")), (doc, words)
+        else:
+            assert os.path.exists(os.path.join(ROOT, words[1])), (doc, words)
+    assert seen >= 15

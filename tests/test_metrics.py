@@ -131,7 +131,7 @@ def test_weighted_soft_labels_match_their_expansion_into_hard_examples(run):
     assert abs(got - want) <= 1e-4
 
 
-# The README's claim, "exact to ~1e-4", holds for PR too (seeds 0-4: up to 6.0e-5 random,
+# docs/keras.md's claim, "exact to about 1e-4", holds for PR too (seeds 0-4: up to 6.0e-5 random,
 # 9.9e-5 skewed).
 @pytest.mark.parametrize("kind,tolerance", [("random", 1e-4), ("tied", 1e-7), ("skewed", 1e-4)])
 def test_pr_auc_matches_exact_average_precision(run, kind, tolerance):

@@ -1,5 +1,5 @@
 """tfps.patches: every attribute tfps replaces in TensorFlow and tf_keras is installed from
-one list, marked, installed once, listed in the README, and a missing one fails by name."""
+one list, marked, installed once, listed in docs/building.md, and a missing one fails by name."""
 
 import os
 import re
@@ -39,15 +39,15 @@ def test_a_missing_attribute_fails_by_name(owner, attribute, message):
     assert "tfps supports TensorFlow 2.16 to 2.21" in str(raised.value)
 
 
-def test_the_readme_lists_every_patch():
-    with open(os.path.join(ROOT, "README.md")) as f:
+def test_the_docs_list_every_patch():
+    with open(os.path.join(ROOT, "docs", "building.md")) as f:
         readme = " ".join(f.read().split())
     for patch in patches.PATCHES:
         assert f"`{patch.name}`" in readme, patch.name
 
 
 def test_no_other_module_assigns_to_tensorflow_or_tf_keras():
-    # A patch written outside the list would escape its marker, its check and the README.
+    # A patch written outside the list would escape its marker, its check and the docs.
     assignment = re.compile(r"^\s*(?:tf|tf_keras|keras|tensorflow)(?:\.\w+)+\s*=(?!=)|"
                             r"setattr\((?:tf|tf_keras|keras|cls|owner|legacy_save)\b", re.M)
     for directory in ("tfps", "keras_layers"):

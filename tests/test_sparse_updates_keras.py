@@ -308,5 +308,5 @@ def test_summing_table_gradients_densely_fails_naming_the_accumulator(compiled):
     np.testing.assert_allclose((tf.zeros_like(embedding.embeddings) + stock_gradient).numpy(),
                                tf.convert_to_tensor(stock_gradient).numpy())
     import os
-    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
-    assert "tfps.GradientAccumulator" in readme
+    guide = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "keras.md")).read()
+    assert "tfps.GradientAccumulator" in guide

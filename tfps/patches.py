@@ -1,8 +1,8 @@
 """Everything importing tfps changes in TensorFlow and tf_keras, in one list.
 
 Each Patch replaces one attribute with a wrapper made from the original by a function of
-the module that owns the behaviour, and says why; README's "What importing tfps changes"
-lists the same entries. `apply()` installs every patch once: each wrapper carries one
+the module that owns the behaviour, and says why; docs/building.md's "What importing tfps
+changes" lists the same entries. `apply()` installs every patch once: each wrapper carries one
 marker (MARKER, the patch's name), so applying again changes nothing. An owner or
 attribute that this TensorFlow or tf_keras lacks fails the import with an ImportError that
 names it, rather than a model that trains without its tables' updates. Besides the
