@@ -112,3 +112,33 @@ def test_every_command_shown_names_what_exists():
         else:
             assert os.path.exists(os.path.join(ROOT, words[1])), (doc, words)
     assert seen >= 15
+
+
+def fenced(lang, docs):
+    """(doc, block) for each ```lang block that is not an excerpt."""
+    for doc in docs:
+        for match in re.finditer(rf"(<!-- excerpt: \S+ -->\n)?```{lang}\n(.*?)```", read(doc), re.S):
+            if not match.group(1):
+                yield os.path.basename(doc), match.group(2)
+
+
+def test_every_python_block_in_the_docs_runs(tmp_path):
+    blocks = list(fenced("python", [d for d in DOCS if not d.endswith("README.md")]))  # README: above
+    assert blocks, "no python blocks found"
+    program = "import tensorflow as tf, tf_keras as keras, tfps\n" + "\n".join(
+        f"# {doc}\n{block}" for doc, block in blocks)
+    (tmp_path / "blocks.py").write_text(program)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1",
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "blocks.py"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, program + out.stderr[-3000:]
+
+
+def test_the_kubernetes_job_passes_flags_its_program_takes():
+    (block,) = [block for _, block in fenced("yaml", DOCS)]
+    programs = set(re.findall(r"/app/(\S+?\.py)", block))
+    assert programs == {"examples/train_ctr.py"}
+    source = read(os.path.join(ROOT, "examples", "train_ctr.py"))
+    for flag in set(re.findall(r'"(--\w+)"', block)):
+        assert f'"{flag}"' in source, flag
