@@ -80,7 +80,7 @@ def run_cluster_task(args):
     import tf_keras as keras
 
     strategy = tfps.distribute.strategy_from_tf_config()  # ps and worker tasks serve here
-    devices = tfps.sharded_table.parameter_server_devices(strategy)
+    devices = tfps.table.sharded_table.parameter_server_devices(strategy)
     with strategy.scope():
         ids = keras.Input((1,), dtype=tf.int64)
         layer = tfps.keras_layers.DynamicEmbedding(DIM, optimizer="adagrad", name="bench")

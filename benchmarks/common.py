@@ -16,7 +16,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 def scramble(ranks):
     """Spreads small integers over the 64-bit space (MurmurHash3 finalizer)."""
-    from tfps.keys import mix64_numpy
+    from tfps.table.keys import mix64_numpy
     return mix64_numpy(ranks).view(np.int64)
 
 

@@ -5,18 +5,18 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from tfps import admission as admission_lib
-from tfps import arguments
-from tfps import checkpoint as checkpoint_lib
-from tfps import eviction as eviction_lib
-from tfps import initializers as initializers_lib
-from tfps import keras3_guard
-from tfps import keys as keys_lib
-from tfps import optimizer_bridge
-from tfps import optimizers as optimizers_lib
-from tfps import stock_ops
-from tfps.sharded_table import ShardedTable
-from tfps.table import TableRows
+from tfps.table import admission as admission_lib
+from tfps import _arguments as arguments
+from tfps.table import checkpoint as checkpoint_lib
+from tfps.table import eviction as eviction_lib
+from tfps.table import initializers as initializers_lib
+from tfps.keras import keras3_guard
+from tfps.table import keys as keys_lib
+from tfps.keras import optimizer_bridge
+from tfps.table import optimizers as optimizers_lib
+from tfps.table import stock_ops
+from tfps.table.sharded_table import ShardedTable
+from tfps.table.dynamic_table import TableRows
 
 try:
     from tensorflow.python.eager.record import could_possibly_record
@@ -128,7 +128,7 @@ class DynamicEmbedding(keras.layers.Layer):
     def build(self, input_shape):
         # The table's stand-in among the model's variables: zero-size, so saving or applying
         # it costs nothing. Its gradient carries the table's gradient to the Keras optimizer,
-        # whose apply step hands it to the table (tfps.optimizer_bridge).
+        # whose apply step hands it to the table (tfps.keras.optimizer_bridge).
         self.table_proxy = self.add_weight("table_proxy", shape=(0, self.dim), initializer="zeros",
                                            trainable=True, experimental_autocast=False)
         optimizer_bridge.register_proxy(self.table_proxy, self)
@@ -262,7 +262,7 @@ class DynamicEmbedding(keras.layers.Layer):
     def apply_table_gradient(self, gradient, unique, iterations):
         """Applies the proxy's gradient (IndexedSlices over keys) to the table at the table
         optimizer's learning rate for the Keras optimizer's step `iterations`; called by the
-        Keras optimizer's apply step through tfps.optimizer_bridge."""
+        Keras optimizer's apply step through tfps.keras.optimizer_bridge."""
         return optimizer_bridge.apply_to_table(self.table, gradient, unique,
                                                self.optimizer.learning_rate_at(iterations))
 

@@ -17,7 +17,7 @@ import tfps
 from tests import reference
 from tests.test_sparse_updates import (BATCH, DIM, FIELDS, KERAS_SGD, MODES, STEPS, VOCAB, build_model,
                                        numpy_oracle, train)
-from tfps.sharded_table import ShardedTable
+from tfps.table.sharded_table import ShardedTable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIN_COUNT = 15

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import tfps
 from tests.table_rows import assert_same_rows, sorted_rows
-from tfps.sharded_table import ShardedTable
+from tfps.table.sharded_table import ShardedTable
 
 DIM = 4
 KEYS = np.concatenate([np.arange(3000, dtype=np.int64) * 7919 - 10 ** 6,

@@ -12,7 +12,7 @@ import tf_keras as keras
 
 import tfps
 from tests.table_rows import assert_same_rows, sorted_rows
-from tfps.callbacks import IncrementalBackup, ResumePoint
+from tfps.keras.callbacks import IncrementalBackup, ResumePoint
 
 BATCH, STEPS_PER_EPOCH = 64, 12
 

@@ -85,7 +85,7 @@ def test_weights_in_the_keras_format_carry_the_rows(trained, tmp_path):
 
 def revived_tables(obj, path="", seen=None):
     """{path: ShardedTable} of every table a loaded SavedModel object holds."""
-    from tfps.sharded_table import ShardedTable
+    from tfps.table.sharded_table import ShardedTable
     seen = set() if seen is None else seen
     if id(obj) in seen:
         return {}

@@ -17,7 +17,7 @@ PROGRAM = textwrap.dedent("""
     assert not tfps.__file__.startswith(%r), tfps.__file__
     strategy = tfps.distribute.strategy_from_tf_config()
     with strategy.scope():
-        table = tfps.sharded_table.ShardedTable(4)
+        table = tfps.ShardedTable(4)
     keys = np.arange(100, dtype=np.int64)
     table.find_or_insert(keys)
     table.apply_gradients(keys, np.ones((100, 4), np.float32))

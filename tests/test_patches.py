@@ -1,4 +1,4 @@
-"""tfps.patches: every attribute tfps replaces in TensorFlow and tf_keras is installed from
+"""tfps.keras.patches: every attribute tfps replaces in TensorFlow and tf_keras is installed from
 one list, marked, installed once, listed in docs/building.md, and a missing one fails by name."""
 
 import os
@@ -7,7 +7,7 @@ import re
 import pytest
 
 import tfps
-from tfps import patches
+from tfps.keras import patches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,4 +55,4 @@ def test_no_other_module_assigns_to_tensorflow_or_tf_keras():
             if name.endswith(".py") and name != "patches.py":
                 with open(os.path.join(ROOT, directory, name)) as f:
                     assert not assignment.search(f.read()), f"{directory}/{name}"
-    assert tfps.patches is patches
+    assert tfps.keras.patches is patches

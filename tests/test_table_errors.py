@@ -210,7 +210,7 @@ def test_a_string_layer_refuses_integer_ids():
 
 @pytest.mark.parametrize("num_shards", [1, 3])
 def test_a_sharded_table_takes_the_key_types_and_shapes_one_table_takes(num_shards):
-    sharded = tfps.sharded_table.ShardedTable(2, devices=["/cpu:0"] * num_shards, initializer="uniform")
+    sharded = tfps.ShardedTable(2, devices=["/cpu:0"] * num_shards, initializer="uniform")
     single = tfps.DynamicTable(2, initializer="uniform")
     wide = np.array([[1, 2, 3], [4, (1 << 63) - 1, 0]], np.int64)
     for keys in (wide, wide.astype(np.int32) % 1000, wide.view(np.uint64)):

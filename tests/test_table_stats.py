@@ -13,7 +13,7 @@ from tests.cluster_run import run_cluster_program
 
 
 def test_stats_count_rows_and_memory_per_shard_and_in_total():
-    table = tfps.sharded_table.ShardedTable(4, devices=["/CPU:0", "/CPU:0"], name="stats")
+    table = tfps.ShardedTable(4, devices=["/CPU:0", "/CPU:0"], name="stats")
     table.find_or_insert(tf.constant(np.arange(1000), tf.int64))
     table.apply_gradients(tf.constant(np.arange(10), tf.int64), tf.ones([10, 4]), step=-1)
     stats = table.stats()

@@ -1,6 +1,15 @@
-"""tfps: parameter-server training of dynamic embedding tables for TensorFlow."""
+"""tfps: parameter-server training of dynamic embedding tables for TensorFlow.
 
+The package by layer: table/ (the table library over the ops, no Keras), keras/ (what ties
+it to tf_keras), metrics/, cluster/ (TF_CONFIG strategy and the local launcher) and data/
+(the examples' data). The public modules keep their short names (tfps.optimizers,
+tfps.checkpoint, tfps.callbacks, ...), which _PUBLIC_MODULES maps onto the layers; the
+modules' paths before this layout (tfps.table as the table module, tfps.sharded_table, ...)
+still import, as aliases."""
+
+import importlib as _importlib
 import os as _os
+import sys as _sys
 
 # Installed, keras_layers/ is the subpackage tfps.keras_layers. In a source checkout it
 # sits beside tfps/, so let the package look there too.
@@ -9,26 +18,52 @@ if not _os.path.isdir(_os.path.join(__path__[0], "keras_layers")) and _os.path.i
         _os.path.join(_checkout, "keras_layers", "dynamic_embedding.py")):
     __path__.append(_checkout)
 
-from tfps import admission
-from tfps import callbacks
-from tfps import checkpoint
-from tfps import data
-from tfps import distribute
-from tfps import eviction
-from tfps import export
-from tfps import initializers
-from tfps import keras_layers
-from tfps import metrics
-from tfps import optimizers
-from tfps import stream
-from tfps import accumulation
-from tfps.accumulation import GradientAccumulator
-from tfps.table import DynamicTable, TableRows
-from tfps import patches
+# tfps.<name>: the module it is.
+_PUBLIC_MODULES = {
+    "admission": "tfps.table.admission",
+    "eviction": "tfps.table.eviction",
+    "initializers": "tfps.table.initializers",
+    "optimizers": "tfps.table.optimizers",
+    "keys": "tfps.table.keys",
+    "checkpoint": "tfps.table.checkpoint",
+    "accumulation": "tfps.keras.accumulation",
+    "callbacks": "tfps.keras.callbacks",
+    "export": "tfps.keras.export",
+    "distribute": "tfps.cluster.distribute",
+    "stream": "tfps.data.stream",
+}
+# Paths of modules before the layout, importable still (tfps.table is now the package;
+# its DynamicTable and TableRows are the old module's names).
+_OLD_PATHS = {
+    "tfps.sharded_table": "tfps.table.sharded_table",
+    "tfps.configurable": "tfps.table.configurable",
+    "tfps.stock_ops": "tfps.table.stock_ops",
+    "tfps.arguments": "tfps._arguments",
+    "tfps.keras_saving": "tfps.keras.saving",
+    "tfps.optimizer_bridge": "tfps.keras.optimizer_bridge",
+    "tfps.keras3_guard": "tfps.keras.keras3_guard",
+    "tfps.exact_evaluation": "tfps.keras.exact_evaluation",
+    "tfps.patches": "tfps.keras.patches",
+    "tfps.early_stopping": "tfps.keras.early_stopping",
+    "tfps.incremental_backup": "tfps.keras.incremental_backup",
+    "tfps.task_health": "tfps.cluster.task_health",
+}
+for _name, _path in _PUBLIC_MODULES.items():
+    globals()[_name] = _sys.modules[f"tfps.{_name}"] = _importlib.import_module(_path)
+for _old, _path in _OLD_PATHS.items():
+    globals()[_old[len("tfps."):]] = _sys.modules[_old] = _importlib.import_module(_path)
+
+from tfps import data  # noqa: E402
+from tfps import keras_layers  # noqa: E402
+from tfps import metrics  # noqa: E402
+from tfps.keras import patches  # noqa: E402
+from tfps.keras.accumulation import GradientAccumulator  # noqa: E402
+from tfps.table import DynamicTable, ShardedTable, TableRows  # noqa: E402
 
 patches.apply()
 
 __version__ = "0.1.0"
 
-__all__ = ["DynamicTable", "GradientAccumulator", "TableRows", "admission", "callbacks", "checkpoint", "data", "distribute",
-           "eviction", "export", "initializers", "keras_layers", "metrics", "optimizers", "stream"]
+__all__ = ["DynamicTable", "GradientAccumulator", "ShardedTable", "TableRows", "admission", "callbacks",
+           "checkpoint", "data", "distribute", "eviction", "export", "initializers", "keras_layers", "keys",
+           "metrics", "optimizers", "stream"]

@@ -4,7 +4,7 @@
 // trained with the same optimizer is an exact oracle.
 //
 // TFPS_OPTIMIZERS is the one list of optimizers: everything that parses, describes, sizes or
-// checkpoints an optimizer reads it, and tfps/optimizers.py is checked against it by a test.
+// checkpoints an optimizer reads it, and tfps/table/optimizers.py is checked against it by a test.
 // Adding one is a line there, a case in ApplyRow (and InitialSlotValue when a slot does not
 // start at 0), and a Python class (docs/extending.md).
 #ifndef TFPS_CORE_OPTIMIZER_H_

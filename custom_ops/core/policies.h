@@ -47,7 +47,7 @@ struct AdmissionConfig {
 
 // X(enum, name in ops, removes expired rows by itself (the sweep), keeps a per-row decayed
 // score). Each policy's rule is its case in eviction.cc's Expired (which rows go by
-// themselves) and Rank (the order a row cap evicts in, lowest first); tfps/eviction.py has
+// themselves) and Rank (the order a row cap evicts in, lowest first); tfps/table/eviction.py has
 // a class per line, checked against this list by tests/test_registries.py.
 #define TFPS_EVICTION_POLICIES(X)                         \
   X(kNone, "none", false, false)                          \

@@ -9,7 +9,7 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
 import tfps  # noqa: E402
 from tests.save_chains_check import check_interleaved_savers, make_table  # noqa: E402
-from tfps.sharded_table import ShardedTable  # noqa: E402
+from tfps.table.sharded_table import ShardedTable  # noqa: E402
 
 
 def main(directory):

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfps  # noqa: E402
-from tfps.sharded_table import ShardedTable  # noqa: E402
+from tfps.table.sharded_table import ShardedTable  # noqa: E402
 
 KEYS, DIM, ROUNDS, CLOSURES, LEARNING_RATE, SAVE_EVERY, MAX_SAVES = 1000, 4, 10, 60, 0.01, 50, 11
 WAIT_S = 120  # the longest a save waits for its clock

@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfps  # noqa: E402
-from tfps.sharded_table import ShardedTable  # noqa: E402
+from tfps.table.sharded_table import ShardedTable  # noqa: E402
 
 
 def error_of(call):

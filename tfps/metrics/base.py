@@ -5,8 +5,8 @@ layout and curve area (AUC, GroupAUC)."""
 import tensorflow as tf
 import tf_keras as keras
 
-from tfps import arguments
-from tfps import keras3_guard
+from tfps import _arguments as arguments
+from tfps.keras import keras3_guard
 from tfps._ops import ops
 
 MAX_BUCKETS = 1 << 24

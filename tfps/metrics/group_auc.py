@@ -7,7 +7,7 @@ import tensorflow as tf
 import tf_keras as keras
 from tf_keras.src.utils import tf_utils
 
-from tfps import keras3_guard
+from tfps.keras import keras3_guard
 from tfps._ops import ops
 from tfps.metrics import base
 
@@ -55,8 +55,9 @@ class GroupAUC(base.Metric):
         if original is not None and (original.num_buckets, original.octaves) == (self.num_buckets, self.octaves):
             self.histograms = original.histograms
             return
-        from tfps.sharded_table import ShardedTable  # the op library is needed only here
-        from tfps import initializers, optimizers
+        from tfps.table.sharded_table import ShardedTable  # the op library is needed only here
+        from tfps.table import initializers
+        from tfps.table import optimizers
         with tf.init_scope():
             self.histograms = ShardedTable(2 * num_buckets, optimizer=optimizers.SGD(1.0),
                                            initializer=initializers.Zeros(), name=f"{name}_histograms")
@@ -68,7 +69,7 @@ class GroupAUC(base.Metric):
 
     @base.straight_line
     def update_state(self, y_true, y_pred, sample_weight=None, groups=None):
-        from tfps.sharded_table import as_int64_keys
+        from tfps.table.sharded_table import as_int64_keys
         if groups is None:
             groups = self._fed_groups()
         y_pred, y_true = base.as_float_vector(y_pred), base.as_float_vector(y_true)

@@ -5,10 +5,10 @@ import os
 import tensorflow as tf
 import tf_keras as keras
 
-from tfps import arguments
-from tfps import keras3_guard
-from tfps.early_stopping import EarlyStopping
-from tfps.incremental_backup import IncrementalBackup, ResumePoint
+from tfps import _arguments as arguments
+from tfps.keras import keras3_guard
+from tfps.keras.early_stopping import EarlyStopping
+from tfps.keras.incremental_backup import IncrementalBackup, ResumePoint
 
 __all__ = ["EarlyStopping", "IncrementalBackup", "ResumePoint", "TableStats"]
 

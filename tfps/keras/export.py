@@ -20,10 +20,10 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
-from tfps import arguments
-from tfps import stock_ops
+from tfps import _arguments as arguments
+from tfps.table import stock_ops
 from tfps._ops import ops
-from tfps.sharded_table import on_every_shard
+from tfps.table.sharded_table import on_every_shard
 
 _VARIABLE_KEY = "frozen_rows/{}/.ATTRIBUTES/VARIABLE_VALUE"
 

@@ -6,9 +6,9 @@ import tensorflow as tf
 from tensorflow.python.saved_model import registration
 from tensorflow.python.trackable import base as trackable_base
 
-from tfps import eviction as eviction_lib
-from tfps import keys as keys_lib
-from tfps.table import DynamicTable, TableRows, config_from_proto, config_proto
+from tfps.table import eviction as eviction_lib
+from tfps.table import keys as keys_lib
+from tfps.table.dynamic_table import DynamicTable, TableRows, config_from_proto, config_proto
 
 _SHARD_PREFIX = "shard_"
 

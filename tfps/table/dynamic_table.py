@@ -9,11 +9,11 @@ import tensorflow as tf
 from google.protobuf import wrappers_pb2
 from tensorflow.python.saved_model import registration
 
-from tfps import admission as admission_lib
-from tfps import arguments
-from tfps import eviction as eviction_lib
-from tfps import initializers as initializers_lib
-from tfps import optimizers as optimizers_lib
+from tfps.table import admission as admission_lib
+from tfps import _arguments as arguments
+from tfps.table import eviction as eviction_lib
+from tfps.table import initializers as initializers_lib
+from tfps.table import optimizers as optimizers_lib
 from tfps._ops import ops
 
 

@@ -7,8 +7,8 @@ import warnings
 import tensorflow as tf
 import tf_keras as keras
 
-from tfps import keras3_guard
-from tfps.checkpoint import SnapshotInPlace
+from tfps.keras import keras3_guard
+from tfps.table.checkpoint import SnapshotInPlace
 
 
 class EarlyStopping(keras.callbacks.EarlyStopping):

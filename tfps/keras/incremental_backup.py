@@ -23,9 +23,9 @@ import tf_keras as keras
 from tf_keras.src.distribute import worker_training_state
 from tf_keras.src.utils import mode_keys
 
-from tfps import arguments
-from tfps import checkpoint as checkpoint_lib
-from tfps import keras3_guard
+from tfps import _arguments as arguments
+from tfps.table import checkpoint as checkpoint_lib
+from tfps.keras import keras3_guard
 
 CHAIN_FILE = "chain.json"
 

@@ -26,10 +26,10 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.saved_model import registration
 
-from tfps import optimizers as optimizers_lib
+from tfps.table import optimizers as optimizers_lib
 from tfps._ops import ops
-from tfps.sharded_table import ShardedTable, on_every_shard
-from tfps.table import DynamicTable
+from tfps.table.sharded_table import ShardedTable, on_every_shard
+from tfps.table.dynamic_table import DynamicTable
 
 SAVER_NAME = "tfps.DynamicTable"  # package.name of the registration below
 FORMAT_VERSION = 2
@@ -345,7 +345,7 @@ def delete(prefix):
 
 
 def deleting_table_files(delete):
-    """checkpoint_management._delete_file_if_exists (tfps.patches): CheckpointManager's
+    """checkpoint_management._delete_file_if_exists (tfps.keras.patches): CheckpointManager's
     deletion of old checkpoints takes their table files too."""
     def delete_file_if_exists(filespec):
         delete(filespec)
@@ -356,7 +356,7 @@ def deleting_table_files(delete):
 
 def register_saver():
     """Makes TensorFlow's checkpointing save and restore tables through _save and _restore
-    (tfps.patches calls it; idempotent)."""
+    (tfps.keras.patches calls it; idempotent)."""
     try:
         registration.register_checkpoint_saver(
             package="tfps", name="DynamicTable", predicate=_is_table, save_fn=_save,

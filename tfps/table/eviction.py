@@ -18,8 +18,8 @@ applies record the clock as a row's last-seen step.
 
 import math
 
-from tfps import arguments
-from tfps.configurable import Configurable, Kind
+from tfps import _arguments as arguments
+from tfps.table.configurable import Configurable, Kind
 
 
 class EvictionPolicy(Configurable):

@@ -16,8 +16,8 @@ sketch takes to fill. With `sketch_bytes=0` they are counted exactly instead (me
 with the keys waiting).
 """
 
-from tfps import arguments
-from tfps.configurable import Configurable, Kind
+from tfps import _arguments as arguments
+from tfps.table.configurable import Configurable, Kind
 
 DEFAULT_SKETCH_BYTES = 8 << 20
 

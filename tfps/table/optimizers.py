@@ -12,8 +12,8 @@ the two against each other.
 
 import tensorflow as tf
 
-from tfps import arguments
-from tfps.configurable import Kind
+from tfps import _arguments as arguments
+from tfps.table.configurable import Kind
 
 
 class SparseOptimizer:

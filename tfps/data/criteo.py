@@ -16,8 +16,11 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
-from tfps import keys as keys_lib
-from tfps import stock_ops
+from tfps.table import keys as keys_lib
+from tfps.table import stock_ops
+
+__all__ = ["NUM_DENSE", "NUM_CATEGORICAL", "NUM_COLUMNS", "BEST_AUC_FILE", "write_criteo", "best_auc",
+           "parse_lines", "criteo_dataset", "local_data_service"]
 
 NUM_DENSE, NUM_CATEGORICAL = 13, 26
 NUM_COLUMNS = 1 + NUM_DENSE + NUM_CATEGORICAL
