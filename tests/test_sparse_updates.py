@@ -163,43 +163,38 @@ def check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0, tabl
 MODES = ["eager", "function", "range_loop", "plain_call", "fit", "fit_spe10"]
 
 
+def trains_like_its_oracle(optimizer_name, mode, family="current"):
+    """Trains the model with `optimizer_name`'s table in `mode`, checks it against the
+    oracle, and returns (layer, ids, labels, kernel0) for further checks."""
+    ids, labels = data()
+    model, layer, head = build_model(optimizer_name)
+    kernel0 = head.kernel.numpy()[:, 0].copy()
+    train(mode, model, KERAS_SGD[family](), ids, labels)
+    check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0)
+    return layer, ids, labels, kernel0
+
+
 @pytest.mark.parametrize("family", ["current", "legacy"])
 @pytest.mark.parametrize("mode", MODES)
 def test_every_execution_mode_trains_the_table_once_per_step(mode, family):
-    ids, labels = data()
-    model, layer, head = build_model("adagrad")
-    kernel0 = head.kernel.numpy()[:, 0].copy()
-    train(mode, model, KERAS_SGD[family](), ids, labels)
-    check_against_oracle(layer, head, "adagrad", ids, labels, kernel0)
+    trains_like_its_oracle("adagrad", mode, family)
 
 
 @pytest.mark.parametrize("mode", ["range_loop", "fit_spe10"])
 @pytest.mark.parametrize("optimizer_name", ["sgd", "adam", "ftrl", "rmsprop"])
 def test_each_table_optimizer_follows_its_oracle_inside_loops(optimizer_name, mode):
-    ids, labels = data()
-    model, layer, head = build_model(optimizer_name)
-    kernel0 = head.kernel.numpy()[:, 0].copy()
-    train(mode, model, KERAS_SGD["current"](), ids, labels)
-    check_against_oracle(layer, head, optimizer_name, ids, labels, kernel0)
+    trains_like_its_oracle(optimizer_name, mode)
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "plain_call", "fit"])
 def test_rmsprop_follows_its_oracle_in_the_other_modes(mode):
     # The optimizer docs/extending.md adds: its momentum slot carries updates across steps.
-    ids, labels = data()
-    model, layer, head = build_model("rmsprop")
-    kernel0 = head.kernel.numpy()[:, 0].copy()
-    train(mode, model, KERAS_SGD["legacy"](), ids, labels)
-    check_against_oracle(layer, head, "rmsprop", ids, labels, kernel0)
+    trains_like_its_oracle("rmsprop", mode, "legacy")
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "fit", "fit_spe10"])
 def test_ftrl_l1_sets_exactly_the_oracles_coordinates_to_zero(mode):
-    ids, labels = data()
-    model, layer, head = build_model("ftrl_l1")
-    kernel0 = head.kernel.numpy()[:, 0].copy()
-    train(mode, model, KERAS_SGD["current"](), ids, labels)
-    check_against_oracle(layer, head, "ftrl_l1", ids, labels, kernel0)
+    layer, ids, labels, kernel0 = trains_like_its_oracle("ftrl_l1", mode)
     rows = numpy_oracle("ftrl_l1", ids, labels, kernel0, 0.0, layer.seed)[0]
     exported = layer.table.export()
     values = exported.values.numpy()[np.argsort(exported.keys.numpy())]

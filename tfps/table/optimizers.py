@@ -144,9 +144,8 @@ class Adam(SparseOptimizer):
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  clip_row_norm=None):
         super().__init__(learning_rate, clip_row_norm)
-        for name, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"Adam: {name} must be in [0, 1), got {beta!r}")
+        _check_fraction("beta_1", beta_1, "Adam")
+        _check_fraction("beta_2", beta_2, "Adam")
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
     def op_params(self):
@@ -214,9 +213,8 @@ class RMSprop(SparseOptimizer):
     def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7,
                  clip_row_norm=None):
         super().__init__(learning_rate, clip_row_norm)
-        for name, fraction in (("rho", rho), ("momentum", momentum)):
-            if not (arguments.is_number(fraction) and 0.0 <= fraction < 1.0):
-                raise ValueError(f"RMSprop: {name} must be in [0, 1), got {fraction!r}")
+        _check_fraction("rho", rho, "RMSprop")
+        _check_fraction("momentum", momentum, "RMSprop")
         if not (arguments.is_number(epsilon) and epsilon >= 0):
             raise ValueError(f"RMSprop: epsilon must be a number >= 0, got {epsilon!r}")
         self.rho, self.momentum, self.epsilon = float(rho), float(momentum), float(epsilon)
@@ -239,3 +237,8 @@ serialize, get = KIND.serialize, KIND.get
 def _check_positive(name, value, owner):
     if not (arguments.is_number(value) and value > 0):
         raise ValueError(f"{owner}: {name} must be a positive number, got {value!r}")
+
+
+def _check_fraction(name, value, owner):
+    if not (arguments.is_number(value) and 0.0 <= value < 1.0):
+        raise ValueError(f"{owner}: {name} must be in [0, 1), got {value!r}")
