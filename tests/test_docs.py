@@ -86,7 +86,9 @@ def test_the_readme_quick_start_trains_and_stock_tensorflow_serves_its_export(tm
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     # 1000 users and 1000 items, each its own row whichever shard holds it.
     assert "rows: 2000" in out.stdout + out.stderr
-    assert served_auc(str(tmp_path / "export" / "1")) > 0.75  # the rows trained
+    (version,) = (tmp_path / "export").iterdir()  # export/<seconds>, as TF Serving expects
+    assert version.name.isdigit()
+    assert served_auc(str(version)) > 0.75  # the rows trained
 
 
 def shown_commands():

@@ -221,3 +221,16 @@ def test_a_sharded_table_takes_the_key_types_and_shapes_one_table_takes(num_shar
     assert rows.shape == (2, 3, 2) and sum(sharded.shard_sizes()) == 6
     with pytest.raises(TypeError, match="keys must be integers"):
         sharded.find(tf.constant([1.5]))
+
+
+@pytest.mark.parametrize("optimizer", tfps.optimizers.OPTIMIZERS, ids=lambda c: c.op_name)
+def test_an_apply_at_rate_zero_changes_nothing_or_is_refused_by_an_optimizer_dividing_by_it(optimizer):
+    table = tfps.DynamicTable(2, optimizer=optimizer(0.1))
+    before = table.find_or_insert([3]).numpy()
+    apply = lambda: table.apply_gradients([3], [[1.0, -1.0]], learning_rate=0.0)  # noqa: E731
+    if optimizer is tfps.optimizers.Ftrl:  # FTRL's update divides by the rate
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"> 0 \(ftrl divides by it\).*no row"):
+            apply()
+    else:
+        apply()
+    np.testing.assert_array_equal(table.find([3]).numpy(), before)

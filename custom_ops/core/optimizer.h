@@ -5,8 +5,9 @@
 //
 // TFPS_OPTIMIZERS is the one list of optimizers: everything that parses, describes, sizes or
 // checkpoints an optimizer reads it, and tfps/table/optimizers.py is checked against it by a test.
-// Adding one is a line there, a case in ApplyRow (and InitialSlotValue when a slot does not
-// start at 0), and a Python class (docs/extending.md).
+// Adding one is a line there, a case in ApplyRow (and in InitialSlotValue when a slot does
+// not start at 0, DividesByLearningRate when it divides by the rate), and a Python class
+// (docs/extending.md).
 #ifndef TFPS_CORE_OPTIMIZER_H_
 #define TFPS_CORE_OPTIMIZER_H_
 
@@ -84,6 +85,11 @@ TFPS_HOST_DEVICE float InitialSlotValue(const OptimizerConfig& opt, int slot) {
     return opt.initial_accumulator;
   }
   return 0.0f;
+}
+
+// Whether the update divides by the learning rate, so that an apply at rate 0 is refused.
+TFPS_HOST_DEVICE bool DividesByLearningRate(OptimizerKind kind) {
+  return kind == OptimizerKind::kFtrl;
 }
 
 // Updates one row in place. `value` and `slots` hold dim floats each (slots: NumSlots

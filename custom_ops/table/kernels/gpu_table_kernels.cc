@@ -259,8 +259,7 @@ class GpuTableApplyGradientsOp : public GpuTableOpKernel {
     int64_t step = 0;
     TF_RETURN_IF_ERROR(Int64Input(ctx, type_string(), 3, "step", &step));
     float learning_rate = 0.0f;
-    TF_RETURN_IF_ERROR(ParseLearningRate(ctx->input(4), table.config().optimizer.kind == OptimizerKind::kFtrl,
-                                         &learning_rate));
+    TF_RETURN_IF_ERROR(ParseLearningRate(ctx->input(4), table.config().optimizer.kind, &learning_rate));
     // The verdict on non-finite gradients is decided on the device: asking for it syncs,
     // so that a bad step is an error, as on the CPU table.
     bool applied = true;

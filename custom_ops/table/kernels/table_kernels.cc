@@ -207,8 +207,7 @@ class TableApplyGradientsOp : public TableOpKernel {
     int64_t step = 0;
     OP_REQUIRES_OK(ctx, Int64Input(ctx, type_string(), 3, "step", &step));
     float learning_rate = 0.0f;
-    OP_REQUIRES_OK(ctx, ParseLearningRate(ctx->input(4), table.config().optimizer.kind == OptimizerKind::kFtrl,
-                                          &learning_rate));
+    OP_REQUIRES_OK(ctx, ParseLearningRate(ctx->input(4), table.config().optimizer.kind, &learning_rate));
     const bool applied = table.ApplyGradients(
         KeyData(keys), keys.NumElements(), grads.flat<float>().data(), step, DeviceParallelFor(ctx),
         learning_rate);

@@ -205,16 +205,19 @@ absl::Status Int64Input(::tensorflow::OpKernelContext* ctx, const std::string& o
   return absl::OkStatus();
 }
 
-absl::Status ParseLearningRate(const ::tensorflow::Tensor& rate, bool ftrl, float* out) {
+absl::Status ParseLearningRate(const ::tensorflow::Tensor& rate, OptimizerKind optimizer, float* out) {
   if (!::tensorflow::TensorShapeUtils::IsScalar(rate.shape())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Tfps>TableApplyGradients: learning_rate must be a scalar, got shape ", rate.shape().DebugString()));
   }
   *out = rate.scalar<float>()();
-  // FTRL divides by the learning rate; the others take any finite rate (0: no change).
-  if (!std::isfinite(*out) || (ftrl && *out == 0.0f)) {
+  // An optimizer that divides by the rate needs it > 0; the others take any finite rate
+  // (0: no change).
+  const bool divides = DividesByLearningRate(optimizer);
+  if (!std::isfinite(*out) || (divides && *out == 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Tfps>TableApplyGradients: learning_rate must be finite", ftrl ? " and > 0 (FTRL)" : "",
+        "Tfps>TableApplyGradients: learning_rate must be finite",
+        divides ? absl::StrCat(" and > 0 (", OptimizerName(optimizer), " divides by it)") : "",
         " (negative: the table's own), got ", *out, "; no row was updated"));
   }
   return absl::OkStatus();

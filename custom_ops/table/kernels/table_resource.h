@@ -66,9 +66,9 @@ absl::Status ParseTableConfig(::tensorflow::OpKernelConstruction* ctx, TableConf
 absl::Status ParseResourceName(::tensorflow::OpKernelConstruction* ctx, const std::string& prefix,
                                std::string* container, std::string* shared_name);
 
-// ApplyGradients' per-call learning rate: a finite scalar (FTRL's not 0; negative: the
-// table's own).
-absl::Status ParseLearningRate(const ::tensorflow::Tensor& rate, bool ftrl, float* out);
+// ApplyGradients' per-call learning rate: a finite scalar (not 0 for an optimizer that
+// divides by it; negative: the table's own).
+absl::Status ParseLearningRate(const ::tensorflow::Tensor& rate, OptimizerKind optimizer, float* out);
 
 // keys must be a vector [n] and rows (named rows_name in the error) [n, dim].
 absl::Status CheckKeyedRows(const std::string& op, const ::tensorflow::Tensor& keys,
