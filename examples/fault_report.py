@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from tfps.keras import incremental_backup
+from tfps.keras import _incremental_backup as incremental_backup
 
 HOLD_SECONDS = 60
 

@@ -10,11 +10,11 @@ from tfps import _arguments as arguments
 from tfps.table import checkpoint as checkpoint_lib
 from tfps.table import eviction as eviction_lib
 from tfps.table import initializers as initializers_lib
-from tfps.keras import keras3_guard
+from tfps.keras import _keras3_guard as keras3_guard
 from tfps.table import keys as keys_lib
-from tfps.keras import optimizer_bridge
+from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.table import optimizers as optimizers_lib
-from tfps.table import stock_ops
+from tfps.table import _stock_ops as stock_ops
 from tfps.table.sharded_table import ShardedTable
 from tfps.table.dynamic_table import TableRows
 
@@ -128,7 +128,7 @@ class DynamicEmbedding(keras.layers.Layer):
     def build(self, input_shape):
         # The table's stand-in among the model's variables: zero-size, so saving or applying
         # it costs nothing. Its gradient carries the table's gradient to the Keras optimizer,
-        # whose apply step hands it to the table (tfps.keras.optimizer_bridge).
+        # whose apply step hands it to the table (tfps.keras._optimizer_bridge).
         self.table_proxy = self.add_weight("table_proxy", shape=(0, self.dim), initializer="zeros",
                                            trainable=True, experimental_autocast=False)
         optimizer_bridge.register_proxy(self.table_proxy, self)
@@ -262,7 +262,7 @@ class DynamicEmbedding(keras.layers.Layer):
     def apply_table_gradient(self, gradient, unique, iterations):
         """Applies the proxy's gradient (IndexedSlices over keys) to the table at the table
         optimizer's learning rate for the Keras optimizer's step `iterations`; called by the
-        Keras optimizer's apply step through tfps.keras.optimizer_bridge."""
+        Keras optimizer's apply step through tfps.keras._optimizer_bridge."""
         return optimizer_bridge.apply_to_table(self.table, gradient, unique,
                                                self.optimizer.learning_rate_at(iterations))
 

@@ -128,7 +128,7 @@ def test_float16_values_halve_the_rows(trained, tmp_path):
 def test_a_shard_written_in_slices_of_any_size_gives_the_same_rows(value_dtype, tmp_path):
     # Each stripe's rows go out in slices of at most slice_rows: 1, 3 and the default must
     # all write every picked row once, in serving order, with its values.
-    from tfps.table import stock_ops
+    from tfps.table import _stock_ops as stock_ops
     table = tfps.DynamicTable(3, optimizer="sgd")
     keys = np.unique(np.random.default_rng(5).integers(-2**62, 2**62, 3000))
     values = np.random.default_rng(6).uniform(-4, 4, (len(keys), 3)).astype(np.float32)
@@ -177,7 +177,7 @@ def test_float16_refuses_rows_beyond_its_range_and_writes_nothing(tmp_path):
     saved = tf.train.load_checkpoint(os.path.join(report["export_dir"], "variables", "variables"))
     name = "frozen_rows/table0_shard0_{}/.ATTRIBUTES/VARIABLE_VALUE"
     order, values = saved.get_tensor(name.format("order")), saved.get_tensor(name.format("values"))
-    from tfps.table import stock_ops
+    from tfps.table import _stock_ops as stock_ops
     row = values.view(np.float16)[order == stock_ops.serving_order(tf.constant([2], tf.int64)).numpy()[0]]
     np.testing.assert_array_equal(row, [[65504.0, -3.0]])
 
@@ -278,7 +278,7 @@ def test_export_of_a_model_trained_under_parameter_server_strategy(tmp_path):
 
 @pytest.mark.parametrize("num_shards", [1, 2, 3, 7])
 def test_serving_routes_keys_to_frozen_shards_as_training_does(num_shards, tmp_path):
-    from tfps.table import stock_ops
+    from tfps.table import _stock_ops as stock_ops
     keys = np.concatenate([np.random.default_rng(0).integers(-(1 << 63), (1 << 63) - 1, 5000, dtype=np.int64),
                            [0, -1, -(1 << 63), (1 << 63) - 1]]).astype(np.int64)
     np.testing.assert_array_equal(stock_ops.shard_of(tf.constant(keys), num_shards).numpy(),

@@ -15,15 +15,15 @@ BEFORE_THE_LAYOUT = {
     "tfps.admission": "tfps.table.admission", "tfps.eviction": "tfps.table.eviction",
     "tfps.initializers": "tfps.table.initializers", "tfps.optimizers": "tfps.table.optimizers",
     "tfps.keys": "tfps.table.keys", "tfps.checkpoint": "tfps.table.checkpoint",
-    "tfps.sharded_table": "tfps.table.sharded_table", "tfps.configurable": "tfps.table.configurable",
-    "tfps.stock_ops": "tfps.table.stock_ops", "tfps.arguments": "tfps._arguments",
-    "tfps.accumulation": "tfps.keras.accumulation", "tfps.callbacks": "tfps.keras.callbacks",
-    "tfps.export": "tfps.keras.export", "tfps.keras_saving": "tfps.keras.saving",
-    "tfps.optimizer_bridge": "tfps.keras.optimizer_bridge", "tfps.keras3_guard": "tfps.keras.keras3_guard",
-    "tfps.exact_evaluation": "tfps.keras.exact_evaluation", "tfps.patches": "tfps.keras.patches",
-    "tfps.early_stopping": "tfps.keras.early_stopping",
-    "tfps.incremental_backup": "tfps.keras.incremental_backup",
-    "tfps.distribute": "tfps.cluster.distribute", "tfps.task_health": "tfps.cluster.task_health",
+    "tfps.sharded_table": "tfps.table.sharded_table", "tfps.configurable": "tfps.table._configurable",
+    "tfps.stock_ops": "tfps.table._stock_ops", "tfps.arguments": "tfps._arguments",
+    "tfps.accumulation": "tfps.keras._accumulation", "tfps.callbacks": "tfps.keras.callbacks",
+    "tfps.export": "tfps.keras.export", "tfps.keras_saving": "tfps.keras._saving",
+    "tfps.optimizer_bridge": "tfps.keras._optimizer_bridge", "tfps.keras3_guard": "tfps.keras._keras3_guard",
+    "tfps.exact_evaluation": "tfps.keras._exact_evaluation", "tfps.patches": "tfps.keras._patches",
+    "tfps.early_stopping": "tfps.keras._early_stopping",
+    "tfps.incremental_backup": "tfps.keras._incremental_backup",
+    "tfps.distribute": "tfps.cluster.distribute", "tfps.task_health": "tfps.cluster._task_health",
     "tfps.stream": "tfps.data.stream",
 }
 
@@ -45,6 +45,15 @@ def test_the_package_folder_shows_its_layers():
                if not name.startswith("__pycache__") and not name.endswith(".so")}
     assert entries == {"__init__.py", "_ops.py", "_arguments.py", "launch.py",
                        "table", "keras", "metrics", "cluster", "data"}
+    # A layer's modules without a leading underscore are its public ones; helpers are private.
+    public = {"table": {"dynamic_table", "sharded_table", "keys", "initializers", "optimizers",
+                        "admission", "eviction", "checkpoint"},
+              "keras": {"callbacks", "export"}, "cluster": {"distribute", "launch"},
+              "data": {"criteo", "stream"}, "metrics": {"auc", "base", "calibration", "group_auc"}}
+    for layer, modules in public.items():
+        names = {name[:-3] for name in os.listdir(os.path.join(ROOT, "tfps", layer))
+                 if name.endswith(".py") and not name.startswith("_")}
+        assert names == modules, layer
 
 
 def test_python_m_tfps_launch_still_runs_the_launcher():

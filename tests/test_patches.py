@@ -1,4 +1,4 @@
-"""tfps.keras.patches: every attribute tfps replaces in TensorFlow and tf_keras is installed from
+"""tfps.keras._patches: every attribute tfps replaces in TensorFlow and tf_keras is installed from
 one list, marked, installed once, listed in docs/building.md, and a missing one fails by name."""
 
 import os
@@ -7,7 +7,7 @@ import re
 import pytest
 
 import tfps
-from tfps.keras import patches
+from tfps.keras import _patches as patches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,9 +50,13 @@ def test_no_other_module_assigns_to_tensorflow_or_tf_keras():
     # A patch written outside the list would escape its marker, its check and the docs.
     assignment = re.compile(r"^\s*(?:tf|tf_keras|keras|tensorflow)(?:\.\w+)+\s*=(?!=)|"
                             r"setattr\((?:tf|tf_keras|keras|cls|owner|legacy_save)\b", re.M)
-    for directory in ("tfps", "keras_layers"):
-        for name in os.listdir(os.path.join(ROOT, directory)):
-            if name.endswith(".py") and name != "patches.py":
-                with open(os.path.join(ROOT, directory, name)) as f:
-                    assert not assignment.search(f.read()), f"{directory}/{name}"
-    assert tfps.keras.patches is patches
+    checked = 0
+    for top in ("tfps", "keras_layers"):
+        for directory, _, names in os.walk(os.path.join(ROOT, top)):
+            for name in names:
+                if name.endswith(".py") and name != "_patches.py":
+                    checked += 1
+                    with open(os.path.join(directory, name)) as f:
+                        assert not assignment.search(f.read()), os.path.join(directory, name)
+    assert checked > 30  # every layer's modules
+    assert tfps.keras._patches is patches

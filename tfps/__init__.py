@@ -2,7 +2,7 @@
 
 The package by layer: table/ (the table library over the ops, no Keras), keras/ (what ties
 it to tf_keras), metrics/, cluster/ (TF_CONFIG strategy and the local launcher) and data/
-(the examples' data). The public modules keep their short names (tfps.optimizers,
+(the examples' data); in each, a module whose name starts with _ is internal. The public modules keep their short names (tfps.optimizers,
 tfps.checkpoint, tfps.callbacks, ...), which _PUBLIC_MODULES maps onto the layers; the
 modules' paths before this layout (tfps.table as the table module, tfps.sharded_table, ...)
 still import, as aliases."""
@@ -26,7 +26,7 @@ _PUBLIC_MODULES = {
     "optimizers": "tfps.table.optimizers",
     "keys": "tfps.table.keys",
     "checkpoint": "tfps.table.checkpoint",
-    "accumulation": "tfps.keras.accumulation",
+    "accumulation": "tfps.keras._accumulation",
     "callbacks": "tfps.keras.callbacks",
     "export": "tfps.keras.export",
     "distribute": "tfps.cluster.distribute",
@@ -36,17 +36,17 @@ _PUBLIC_MODULES = {
 # its DynamicTable and TableRows are the old module's names).
 _OLD_PATHS = {
     "tfps.sharded_table": "tfps.table.sharded_table",
-    "tfps.configurable": "tfps.table.configurable",
-    "tfps.stock_ops": "tfps.table.stock_ops",
+    "tfps.configurable": "tfps.table._configurable",
+    "tfps.stock_ops": "tfps.table._stock_ops",
     "tfps.arguments": "tfps._arguments",
-    "tfps.keras_saving": "tfps.keras.saving",
-    "tfps.optimizer_bridge": "tfps.keras.optimizer_bridge",
-    "tfps.keras3_guard": "tfps.keras.keras3_guard",
-    "tfps.exact_evaluation": "tfps.keras.exact_evaluation",
-    "tfps.patches": "tfps.keras.patches",
-    "tfps.early_stopping": "tfps.keras.early_stopping",
-    "tfps.incremental_backup": "tfps.keras.incremental_backup",
-    "tfps.task_health": "tfps.cluster.task_health",
+    "tfps.keras_saving": "tfps.keras._saving",
+    "tfps.optimizer_bridge": "tfps.keras._optimizer_bridge",
+    "tfps.keras3_guard": "tfps.keras._keras3_guard",
+    "tfps.exact_evaluation": "tfps.keras._exact_evaluation",
+    "tfps.patches": "tfps.keras._patches",
+    "tfps.early_stopping": "tfps.keras._early_stopping",
+    "tfps.incremental_backup": "tfps.keras._incremental_backup",
+    "tfps.task_health": "tfps.cluster._task_health",
 }
 for _name, _path in _PUBLIC_MODULES.items():
     globals()[_name] = _sys.modules[f"tfps.{_name}"] = _importlib.import_module(_path)
@@ -56,8 +56,8 @@ for _old, _path in _OLD_PATHS.items():
 from tfps import data  # noqa: E402
 from tfps import keras_layers  # noqa: E402
 from tfps import metrics  # noqa: E402
-from tfps.keras import patches  # noqa: E402
-from tfps.keras.accumulation import GradientAccumulator  # noqa: E402
+from tfps.keras import _patches as patches  # noqa: E402
+from tfps.keras._accumulation import GradientAccumulator  # noqa: E402
 from tfps.table import DynamicTable, ShardedTable, TableRows  # noqa: E402
 
 patches.apply()

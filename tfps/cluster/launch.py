@@ -31,7 +31,7 @@ import time
 import uuid
 
 from tfps.cluster.distribute import free_ports
-from tfps.cluster.task_health import HangWatch
+from tfps.cluster._task_health import HangWatch
 
 STOP_GRACE_SECONDS = 10
 # The chief's output reaches the terminal this late, so that when a task is lost the
@@ -216,7 +216,7 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
     its latest backup. Each task sees the number of cluster restarts so far in
     TFPS_CLUSTER_RESTARTS, and an id of this launch, the same in every restart, in
     TFPS_LAUNCH_ID (a program keeps its backups in a directory of its launch's own with it).
-    A task silent for `hang_timeout` seconds (tfps.cluster.task_health; 0: never) is killed, and
+    A task silent for `hang_timeout` seconds (tfps.cluster._task_health; 0: never) is killed, and
     then handled as a task that died.
     """
     if num_ps < 1 or num_workers < 1:

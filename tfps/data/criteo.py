@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfps.table import keys as keys_lib
-from tfps.table import stock_ops
+from tfps.table import _stock_ops as stock_ops
 
 __all__ = ["NUM_DENSE", "NUM_CATEGORICAL", "NUM_COLUMNS", "BEST_AUC_FILE", "write_criteo", "best_auc",
            "parse_lines", "criteo_dataset", "local_data_service"]

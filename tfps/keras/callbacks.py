@@ -6,9 +6,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from tfps import _arguments as arguments
-from tfps.keras import keras3_guard
-from tfps.keras.early_stopping import EarlyStopping
-from tfps.keras.incremental_backup import IncrementalBackup, ResumePoint
+from tfps.keras import _keras3_guard as keras3_guard
+from tfps.keras._early_stopping import EarlyStopping
+from tfps.keras._incremental_backup import IncrementalBackup, ResumePoint
 
 __all__ = ["EarlyStopping", "IncrementalBackup", "ResumePoint", "TableStats"]
 

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfps import _arguments as arguments
-from tfps.table import stock_ops
+from tfps.table import _stock_ops as stock_ops
 from tfps._ops import ops
 from tfps.table.sharded_table import on_every_shard
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from tfps import _arguments as arguments
-from tfps.keras import keras3_guard
+from tfps.keras import _keras3_guard as keras3_guard
 from tfps._ops import ops
 
 MAX_BUCKETS = 1 << 24

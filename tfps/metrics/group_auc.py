@@ -7,7 +7,7 @@ import tensorflow as tf
 import tf_keras as keras
 from tf_keras.src.utils import tf_utils
 
-from tfps.keras import keras3_guard
+from tfps.keras import _keras3_guard as keras3_guard
 from tfps._ops import ops
 from tfps.metrics import base
 

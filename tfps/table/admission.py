@@ -17,7 +17,7 @@ with the keys waiting).
 """
 
 from tfps import _arguments as arguments
-from tfps.table.configurable import Configurable, Kind
+from tfps.table._configurable import Configurable, Kind
 
 DEFAULT_SKETCH_BYTES = 8 << 20
 

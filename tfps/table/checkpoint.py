@@ -345,7 +345,7 @@ def delete(prefix):
 
 
 def deleting_table_files(delete):
-    """checkpoint_management._delete_file_if_exists (tfps.keras.patches): CheckpointManager's
+    """checkpoint_management._delete_file_if_exists (tfps.keras._patches): CheckpointManager's
     deletion of old checkpoints takes their table files too."""
     def delete_file_if_exists(filespec):
         delete(filespec)
@@ -356,7 +356,7 @@ def deleting_table_files(delete):
 
 def register_saver():
     """Makes TensorFlow's checkpointing save and restore tables through _save and _restore
-    (tfps.keras.patches calls it; idempotent)."""
+    (tfps.keras._patches calls it; idempotent)."""
     try:
         registration.register_checkpoint_saver(
             package="tfps", name="DynamicTable", predicate=_is_table, save_fn=_save,

@@ -19,7 +19,7 @@ applies record the clock as a row's last-seen step.
 import math
 
 from tfps import _arguments as arguments
-from tfps.table.configurable import Configurable, Kind
+from tfps.table._configurable import Configurable, Kind
 
 
 class EvictionPolicy(Configurable):

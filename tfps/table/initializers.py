@@ -2,7 +2,7 @@
 key gets the same vector on every shard, in every run, and after eviction and re-admission.
 """
 
-from tfps.table.configurable import Configurable, Kind
+from tfps.table._configurable import Configurable, Kind
 
 
 class Initializer(Configurable):

@@ -31,7 +31,7 @@ def ids_to_keys(ids, namespace=0, owner="tfps", stock_ops=False):
     if ids.dtype == tf.int64 and isinstance(namespace, int) and namespace == 0:
         return ids
     if stock_ops:
-        from tfps.table import stock_ops as stock
+        from tfps.table import _stock_ops as stock
         return stock.namespaced_keys(ids, namespace)
     return ops.tfps_namespaced_keys(ids, tf.cast(namespace, tf.int64))
 

@@ -13,7 +13,7 @@ the two against each other.
 import tensorflow as tf
 
 from tfps import _arguments as arguments
-from tfps.table.configurable import Kind
+from tfps.table._configurable import Kind
 
 
 class SparseOptimizer:

@@ -16,11 +16,11 @@ import importlib
 
 import tensorflow as tf
 
-from tfps.keras import accumulation
+from tfps.keras import _accumulation as accumulation
 from tfps.table import checkpoint
-from tfps.keras import exact_evaluation
-from tfps.keras import saving as keras_saving
-from tfps.keras import optimizer_bridge
+from tfps.keras import _exact_evaluation as exact_evaluation
+from tfps.keras import _saving as keras_saving
+from tfps.keras import _optimizer_bridge as optimizer_bridge
 
 MARKER = "__tfps_patch__"
 SUPPORTED = "TensorFlow 2.16 to 2.21 with the tf_keras of the same minor version"

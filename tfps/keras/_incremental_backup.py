@@ -25,7 +25,7 @@ from tf_keras.src.utils import mode_keys
 
 from tfps import _arguments as arguments
 from tfps.table import checkpoint as checkpoint_lib
-from tfps.keras import keras3_guard
+from tfps.keras import _keras3_guard as keras3_guard
 
 CHAIN_FILE = "chain.json"
 

@@ -7,7 +7,7 @@ import warnings
 import tensorflow as tf
 import tf_keras as keras
 
-from tfps.keras import keras3_guard
+from tfps.keras import _keras3_guard as keras3_guard
 from tfps.table.checkpoint import SnapshotInPlace
 
 

@@ -1,20 +1,20 @@
 """Gradient accumulation over micro-batches for models with dynamic tables.
 
 A table's gradient is IndexedSlices over 64-bit table keys carried by a zero-size proxy
-variable (tfps.keras.optimizer_bridge), so it has no dense form: `tf.add_n` of two of them, `+`,
+variable (tfps.keras._optimizer_bridge), so it has no dense form: `tf.add_n` of two of them, `+`,
 and variable accumulators of the proxy's shape would all densify it, and fail. The
 accumulator here keeps a table's micro-batch gradients as slices (their keys and rows
 appended, which sums them, as the table sums a key's slices when it applies them) and
 every other variable's gradient densely, then applies the sums in one optimizer step:
 exactly what a stock Embedding gets from accumulating and applying its gradients.
-tfps.keras.patches makes the forms that cannot work say so and name this one.
+tfps.keras._patches makes the forms that cannot work say so and name this one.
 """
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
-from tfps.keras import optimizer_bridge
+from tfps.keras import _optimizer_bridge as optimizer_bridge
 
 _REFUSAL = ("the gradient of a DynamicEmbedding table (IndexedSlices over 64-bit table keys, dense shape "
             "{shape}) has no dense form, so {what} cannot sum it; accumulate gradients over "
@@ -48,7 +48,7 @@ def refuse_densifying(value, dtype=None, name=None, as_ref=False):  # pylint: di
 
 
 def refusing_table_gradient_add(original_add):
-    """IndexedSlices.__add__ (tfps.keras.patches): a table's gradient cannot be summed densely."""
+    """IndexedSlices.__add__ (tfps.keras._patches): a table's gradient cannot be summed densely."""
     def add(self, other):
         shape = _table_gradient_shape(self)
         if shape is not None:

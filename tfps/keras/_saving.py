@@ -6,7 +6,7 @@ paths cannot: HDF5 files hold only a layer's variables, and `get_weights` / `set
 trade in those variables as NumPy arrays. tfps makes the first refuse, before any file is
 written, and the second warn, since silently dropping a model's embeddings is the worst
 outcome of either. `summary()` ends with each table's dim, rows and shards, which the
-parameter counts (of variables) leave out. tfps.keras.patches installs these when tfps is imported.
+parameter counts (of variables) leave out. tfps.keras._patches installs these when tfps is imported.
 """
 
 import functools

@@ -3,7 +3,7 @@
 tf_keras builds a model's compiled metrics (and loss) at its first train or test step, but its exact
 evaluation under ParameterServerStrategy clones them before any step runs: a freshly
 compiled or freshly loaded model's evaluate fails there with "'NoneType' object is not
-iterable", whatever its metrics. tfps.keras.patches builds them first, from the outputs of a model
+iterable", whatever its metrics. tfps.keras._patches builds them first, from the outputs of a model
 whose outputs are known (functional and Sequential models); other models get an error that
 says what to run first.
 """
@@ -27,7 +27,7 @@ def _build_compiled_metrics(model):
 
 
 def building_metrics_first(make_test_function_exact):
-    """Model._make_test_function_exact (tfps.keras.patches)."""
+    """Model._make_test_function_exact (tfps.keras._patches)."""
     def make(self):
         _build_compiled_metrics(self)
         return make_test_function_exact(self)
