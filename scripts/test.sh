@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: installs, builds, runs the C++ and Python
-# tests against TensorFlow 2.21 (including the Bazel build), then builds and runs the op
-# tests against 2.16.2.
+# tests against TensorFlow 2.21 (including the Bazel build) and, at the same time, builds
+# and runs the op tests against 2.16.2 (many tests wait on processes of a cluster, so the
+# two stages together keep both cores busy). Exits non-zero if either stage fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each stage's time since the start, for keeping CI's whole run under its limit.
@@ -10,9 +11,18 @@ bash scripts/install.sh
 stage_done "install (TensorFlow 2.21, op library)"
 bash scripts/install_bazel.sh
 stage_done "bazel install"
+tf216_log=$(mktemp)
+trap 'rm -f "$tf216_log"' EXIT
+bash scripts/test_tf216.sh >"$tf216_log" 2>&1 &
+tf216_pid=$!
 # A test that needs bazel or nvcc fails here instead of skipping when the tool is missing.
 export TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1 TFPS_REQUIRE_TOOLS=1
-python3 -m pytest -q --durations=25 tests "$@"
-stage_done "tests under TensorFlow 2.21"
-bash scripts/test_tf216.sh
-stage_done "tests under TensorFlow 2.16.2"
+tf221_status=0
+python3 -m pytest -q --durations=25 tests "$@" || tf221_status=$?
+stage_done "tests under TensorFlow 2.21 (exit $tf221_status)"
+tf216_status=0
+wait "$tf216_pid" || tf216_status=$?
+echo "--- tests under TensorFlow 2.16.2 ---"
+cat "$tf216_log"
+stage_done "tests under TensorFlow 2.16.2 (exit $tf216_status)"
+[[ $tf221_status -eq 0 && $tf216_status -eq 0 ]]
