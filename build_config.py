@@ -34,6 +34,7 @@ OP_SOURCES = [
     "custom_ops/metrics/kernels/group_auc_kernels.cc",
     "custom_ops/keys/ops/key_ops.cc",
     "custom_ops/keys/kernels/key_kernels.cc",
+    "custom_ops/keys/kernels/dedup_kernels.cc",
 ]
 
 # Each is a test program of its own.

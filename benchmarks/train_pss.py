@@ -1,17 +1,26 @@
 """DLRM-like training under ParameterServerStrategy: tfps DynamicEmbedding against stock
 tf_keras Hashing(2^20) + Embedding over a partitioned variable.
 
-    python benchmarks/train_pss.py [--steps 500] [--repeats 3]
+    python benchmarks/train_pss.py [--steps 500] [--repeats 3] [--parts timing,traffic]
 
 Synthetic Criteo-shaped data (13 dense features, 26 categorical fields with power-law IDs
-over the 64-bit space, a label the IDs predict), in-process cluster of 2 workers and 2 PS,
-batch 1024, steps_per_execution 10. Each model trains in its own process; examples/s is
-measured on an epoch after a warm-up epoch, AUC by evaluate() on fresh batches. Both models
-train once per seed (data, dense initial values and table initial values follow the seed)
-and are compared seed by seed.
+over the 64-bit space, a label the IDs predict), batch 1024, steps_per_execution 10.
+
+timing: in-process cluster of 2 workers and 2 PS. Each model trains in its own process;
+examples/s is measured on an epoch after a warm-up epoch, AUC by evaluate() on fresh
+batches. Both models train once per seed (data, dense initial values and table initial
+values follow the seed) and are compared seed by seed.
+
+traffic: each model, and the same dense layers over an all-zero embedding ("dense"),
+trains under tfps-launch (2 workers, 2 PS, a process each); per parameter server and per
+step it prints the remote calls and the bytes sent and received (benchmarks/traffic.py
+says how they are counted). The table's bytes are the model's less the dense model's;
+tfps's are held against the step's unique keys: per key, its 8 bytes and its row out of
+the PS, its 8 bytes and its gradient in.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -24,6 +33,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import common  # noqa: E402
+import traffic  # noqa: E402
 
 BATCH, FIELDS, DENSE, DIM, HASH_BINS = 1024, 26, 13, 16, 1 << 20
 LEARNING_RATE = 0.2  # the same for the tfps table, the stock embedding and dense layers
@@ -59,6 +69,8 @@ def build_model(kind, strategy, seed):
         if kind == "tfps":
             emb = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=tfps.optimizers.Adagrad(LEARNING_RATE),
                                                      seed=seed)(ids_in, namespace="columns")
+        elif kind == "dense":  # no table: what the dense layers and metrics move alone
+            emb = keras.layers.Lambda(lambda ids: tf.zeros(tf.concat([tf.shape(ids), [DIM]], 0)))(ids_in)
         else:
             hashed = keras.layers.Hashing(HASH_BINS)(ids_in)
             emb = keras.layers.Embedding(HASH_BINS, DIM)(hashed)
@@ -76,20 +88,32 @@ def embedding_partitioner(shape, dtype):
     return [2] + [1] * (len(shape) - 1) if shape[0] >= HASH_BINS else [1] * len(shape)
 
 
-def run_one(kind, steps, seed):
-    """One model trained on the data of `seed`, its dense layers (and the stock embedding)
-    initialized from `seed`, and the tfps table's initial values drawn with `seed`."""
-    import tensorflow as tf
-    import tf_keras as keras
+def cluster(kind, launched):
+    """The strategy's context: tfps-launch's cluster (whose PS and worker tasks serve from
+    here on and never return), or an in-process one."""
     import tfps
-    keras.utils.set_random_seed(seed)
     partitioner = embedding_partitioner if kind == "stock" else None
-    with tfps.distribute.local_cluster(num_workers=2, num_ps=2, variable_partitioner=partitioner) as strategy:
+    if launched:
+        return contextlib.nullcontext(tfps.distribute.strategy_from_tf_config(partitioner))
+    return tfps.distribute.local_cluster(num_workers=2, num_ps=2, variable_partitioner=partitioner)
+
+
+def run_one(kind, steps, seed, launched=False):
+    """One model trained on the data of `seed`, its dense layers (and the stock embedding)
+    initialized from `seed`, and the tfps table's initial values drawn with `seed`. Under
+    tfps-launch (`launched`) it counts the parameter servers' traffic instead of timing."""
+    import tf_keras as keras
+    keras.utils.set_random_seed(seed)
+    with cluster(kind, launched) as strategy:
         model = build_model(kind, strategy, seed)
         # Each worker reads its own stream, the same for both models.
         data = keras.utils.experimental.DatasetCreator(
             lambda context: criteo_like(seed=1000 * seed + context.input_pipeline_id))
         model.fit(data, epochs=1, steps_per_epoch=20, verbose=0)  # warm-up: tracing, first inserts
+        if launched:
+            common.emit(count_traffic(model, data, steps, kind, seed))
+            sys.stdout.flush()
+            os._exit(0)
         start = time.perf_counter()
         history = model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
         seconds = time.perf_counter() - start
@@ -100,6 +124,89 @@ def run_one(kind, steps, seed):
                  "eval_auc": evaluation["auc"], "eval_loss": evaluation["loss"]})
     sys.stdout.flush()
     os._exit(0)
+
+
+def count_traffic(model, data, steps, kind, seed):
+    """Each PS process's TCP bytes over `steps` training steps, the window's wall-clock
+    bounds (for the calls in the tasks' logs) and, for tfps, the unique keys per step."""
+    import tfps
+    cluster_spec = tfps.distribute.tf_config()["cluster"]
+    tasks = {f"{job}_{i}": traffic.listening_pid(int(address.rsplit(":", 1)[1]))
+             for job in ("ps", "worker") for i, address in enumerate(cluster_spec[job])}
+    tasks["chief_0"] = os.getpid()
+    ps_pids = [tasks[f"ps_{i}"] for i in range(len(cluster_spec["ps"]))]
+    before = [traffic.tcp_bytes(pid) for pid in ps_pids]
+    cpu_before = {task: traffic.cpu_seconds(pid) for task, pid in tasks.items()}
+    start = time.time()
+    model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
+    end = time.time()
+    cpu = {task: traffic.cpu_seconds(pid) - cpu_before[task] for task, pid in tasks.items()}
+    after = [traffic.tcp_bytes(pid) for pid in ps_pids]
+    record = {"model": kind, "steps": steps, "start": start, "end": end,
+              "cpu_ms_per_step": {task: round(1000 * seconds / steps, 2) for task, seconds in cpu.items()},
+              "ps_bytes": [{"sent": a[0] - b[0], "received": a[1] - b[1]} for a, b in zip(after, before)]}
+    ports = cluster_spec["ps"]
+    if kind == "tfps":
+        record["unique_keys_per_shard"] = unique_keys_per_step(1000 * seed, len(ports))
+    return record
+
+
+def unique_keys_per_step(data_seed, num_shards, batches=50):
+    """The mean over `batches` batches of the stream of the table keys of a batch, unique
+    within it (as the layer looks them up), that fall on each shard."""
+    import tensorflow as tf
+    import tfps
+    per_shard = np.zeros(num_shards)
+    for features, _ in criteo_like(seed=data_seed).take(batches):
+        ids = features["categorical_ids"]
+        column = tf.broadcast_to(tf.range(FIELDS, dtype=tf.int64), tf.shape(ids))
+        keys, _ = tf.unique(tf.reshape(tfps.keys.ids_to_keys(ids, column + 1), [-1]))
+        per_shard += np.bincount(tfps.keys.shard_of(keys, num_shards).numpy(), minlength=num_shards)
+    return (per_shard / batches).tolist()
+
+
+def traffic_of(kind, steps, seed):
+    """One model's traffic record under tfps-launch, with each PS's calls from the logs."""
+    import tempfile
+    log_dir = tempfile.mkdtemp(prefix=f"train_pss_traffic_{kind}_")
+    out = subprocess.run([sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2",
+                          "--log_dir", log_dir, os.path.abspath(__file__), "--model", kind, "--steps",
+                          str(steps), "--seed", str(seed), "--launched"],
+                         capture_output=True, text=True, timeout=3000, env=dict(os.environ, **traffic.RPC_LOG_ENV))
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"model"')]
+    if out.returncode != 0 or not records:
+        sys.stderr.write(out.stdout[-2000:] + out.stderr[-3000:])
+        raise SystemExit(f"{kind} traffic run failed; task logs in {log_dir}")
+    record = records[-1]
+    calls = traffic.calls_per_ps(log_dir, record["start"], record["end"])
+    record["ps_calls"] = [calls.get(i, 0) for i in range(len(record["ps_bytes"]))]
+    return record
+
+
+def report_traffic(steps, seed):
+    """Per PS and per step: calls and bytes of each model; then the table's share, summed
+    over the PS (the dense layers' variables land on other PS in each model), against the
+    unique keys' own bytes."""
+    records = {kind: traffic_of(kind, steps, seed) for kind in ("tfps", "stock", "dense")}
+    totals = {}
+    for kind, record in records.items():
+        per_ps = [{"calls": calls / steps, "sent": b["sent"] / steps, "received": b["received"] / steps}
+                  for calls, b in zip(record["ps_calls"], record["ps_bytes"])]
+        for ps, figures in enumerate(per_ps):
+            common.emit({"traffic": kind, "ps": ps, "per_step": {k: round(v, 1) for k, v in figures.items()}})
+        totals[kind] = {k: sum(figures[k] for figures in per_ps) for k in per_ps[0]}
+        cpu = record["cpu_ms_per_step"]
+        common.emit({"cpu_ms_per_step": kind, **cpu, "all_tasks": round(sum(cpu.values()), 2)})
+    key_bytes = 8 + 8 + 2 * 4 * DIM  # a key's lookup and update: key, row, key, gradient
+    unique = sum(records["tfps"]["unique_keys_per_shard"])
+    for kind in ("tfps", "stock"):
+        table = {k: totals[kind][k] - totals["dense"][k] for k in totals[kind]}
+        line = {"table_traffic": kind, "all_ps_per_step": {k: round(v, 1) for k, v in table.items()},
+                "unique_keys": round(unique, 1), "unique_key_bytes": round(unique * key_bytes),
+                "bytes_ratio": round((table["sent"] + table["received"]) / (unique * key_bytes), 3)}
+        if kind == "tfps":
+            line.update(target="bytes <= 1.1x the unique keys' bytes", met=line["bytes_ratio"] <= 1.1)
+        common.emit(line)
 
 
 def run_in_child(kind, steps, seed):
@@ -117,12 +224,22 @@ def main():
     parser.add_argument("--repeats", type=int, default=3,
                         help="seeds to train both models with; AUC differs between seeds by more "
                         "than between the models, so they are compared seed by seed")
-    parser.add_argument("--model", choices=["tfps", "stock"])
+    parser.add_argument("--parts", default="timing,traffic")
+    parser.add_argument("--traffic_steps", type=int, default=100)
+    parser.add_argument("--model", choices=["tfps", "stock", "dense"])
+    parser.add_argument("--launched", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help="the first seed")
     args = parser.parse_args()
     if args.model:
-        return run_one(args.model, args.steps, args.seed)
+        return run_one(args.model, args.steps, args.seed, args.launched)
+    parts = args.parts.split(",")
+    if set(parts) - {"timing", "traffic"}:
+        parser.error(f"--parts: timing and/or traffic, got {args.parts}")
     common.emit({"machine": common.machine()})
+    if "traffic" in parts:
+        report_traffic(args.traffic_steps, args.seed)
+    if "timing" not in parts:
+        return
     speed_ratios, auc_differences = [], []
     for seed in range(args.seed, args.seed + args.repeats):
         ours, stock = (run_in_child(kind, args.steps, seed) for kind in ("tfps", "stock"))

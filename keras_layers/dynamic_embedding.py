@@ -213,7 +213,7 @@ class DynamicEmbedding(keras.layers.Layer):
 
     def _embed(self, ids, trains, namespace, column=None):
         keys = tf.reshape(self._keys(ids, namespace, column), [-1])
-        unique, index, occurrences = tf.unique_with_counts(keys, out_idx=tf.int64)
+        unique, index, occurrences = keys_lib.unique_keys(keys, stock_ops=self._serving_table is not None)
         if trains:
             # Counts are of occurrences, so they do not depend on how the data is batched.
             found, admitted = self.table.find_or_insert(unique, occurrences, return_admitted=True)

@@ -101,6 +101,15 @@ CASES = [
     lambda: ops.tfps_shard_of(keys2, num_shards=0),
     lambda: ops.tfps_shard_of(tf.zeros([0], I64), num_shards=1 << 40),
     lambda: ops.tfps_shard_of(scalar_key, num_shards=3),
+    lambda: ops.tfps_unique_keys(tf.zeros([0], I64)),
+    lambda: ops.tfps_unique_keys(scalar_key),
+    lambda: ops.tfps_unique_keys(tf.zeros([2, 3], I64)),
+    lambda: ops.tfps_sum_by_key(keys2, tf.ones([3, 2])),
+    lambda: ops.tfps_sum_by_key(keys2, tf.ones([2])),
+    lambda: ops.tfps_sum_by_key(scalar_key, tf.ones([1, 2])),
+    lambda: ops.tfps_sum_by_key(tf.zeros([0], I64), tf.zeros([0, 4])),
+    lambda: ops.tfps_sum_by_key(keys2, tf.zeros([2, 0])),
+    lambda: ops.tfps_sum_by_key(keys2, tf.fill([2, 2], nan)),
     # metric ops
     lambda: ops.tfps_histogram_auc_update(hist.handle, [1.0, 0.0], [0.5], tf.zeros([0]), 0,
                                           buckets_per_octave=2, octaves=2, metric_name="m"),
@@ -227,9 +236,10 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     # shapes, dims, slot widths, handles, files, policies, ids), "o" accepted (valid edge
     # inputs: empty batches, a scalar key, a negative step meaning the clock, saturating
     # steps and metadata, cursors past the end, an empty update, a group sum, a clock read,
-    # a rate, saturating counts under admission, an evict, 4 metadata columns).
-    expected = ("oooeoeeeeeeeoooeeeeeeeeeoeeeooeeeeeeeeeeeeeeeeeeeeeeeeeeooeeoeeeeeoeeeeeeeeeoeeeoeeeoeeeoeeoeoeee"
-                "eeeeeeeeoooeeeeeee")
+    # a rate, saturating counts under admission, an evict, 4 metadata columns, an empty
+    # batch of keys to number or sum, zero-width or NaN values to sum).
+    expected = ("oooeoeeeeeeeoooeeeeeeeeeoeeeooeeeeeeeeeeeeeeeeeeeeeeeeeeooeeooeeeeeoooeeeeeoeeeeeeeeeoeeeoeeeoeeeo"
+                "eeoeoeeeeeeeeeeeoooeeeeeee")
     got = "".join("o" if outcomes[i] == "ok" else "e" for i in range(total))
     assert len(got) == len(expected)
     assert got == expected, [(i, outcomes[i]) for i in range(total) if got[i] != expected[i]]

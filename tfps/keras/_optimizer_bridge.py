@@ -24,6 +24,8 @@ import weakref
 
 import tensorflow as tf
 
+from tfps.table import keys as keys_lib
+
 _OWNER_ATTRIBUTE = "_tfps_table_owner"
 
 
@@ -68,8 +70,7 @@ def apply_to_table(table, gradient, unique, learning_rate=None):
             "converted its IndexedSlices, which the table cannot take")
     keys, values = gradient.indices, gradient.values
     if not unique:
-        keys, position = tf.unique(keys, out_idx=tf.int64)
-        values = tf.math.unsorted_segment_sum(values, position, tf.size(keys, tf.int64))
+        keys, values = keys_lib.sum_by_key(keys, values)
     return table.apply_gradients(keys, values, step=-1, learning_rate=learning_rate)
 
 

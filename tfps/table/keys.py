@@ -1,4 +1,5 @@
-"""Feature IDs to 64-bit table keys, and keys to parameter-server shards."""
+"""Feature IDs to 64-bit table keys, a batch's distinct keys, and keys to parameter-server
+shards."""
 
 import numpy as np
 import tensorflow as tf
@@ -34,6 +35,26 @@ def ids_to_keys(ids, namespace=0, owner="tfps", stock_ops=False):
         from tfps.table import _stock_ops as stock
         return stock.namespaced_keys(ids, namespace)
     return ops.tfps_namespaced_keys(ids, tf.cast(namespace, tf.int64))
+
+
+def unique_keys(keys, stock_ops=False):
+    """(distinct keys in order of first occurrence, each key's position among them, each
+    distinct key's count), all int64: tf.unique_with_counts of int64 keys [m], which
+    the tfps op computes in one pass. stock_ops: with TensorFlow's op (graphs served
+    without tfps)."""
+    if stock_ops:
+        return tf.unique_with_counts(keys, out_idx=tf.int64)
+    return ops.tfps_unique_keys(keys)
+
+
+def sum_by_key(keys, values):
+    """(distinct keys [n] in order of first occurrence, float32 values [m, d] summed per
+    key [n, d]): tf.unique with tf.math.unsorted_segment_sum, bit for bit, in one pass of
+    the tfps op. Values of another dtype go through TensorFlow's ops."""
+    if values.dtype != tf.float32:
+        keys, position = tf.unique(keys, out_idx=tf.int64)
+        return keys, tf.math.unsorted_segment_sum(values, position, tf.size(keys, tf.int64))
+    return ops.tfps_sum_by_key(keys, values)
 
 
 def shard_of(keys, num_shards):
