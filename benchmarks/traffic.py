@@ -48,7 +48,7 @@ def tcp_bytes(pid):
             continue
         if owner is not None and pid in owner:
             fields = dict(f.split(":", 1) for f in line.split() if ":" in f and "(" not in f)
-            sent += int(fields.get("bytes_sent", fields.get("bytes_acked", 0)))
+            sent += int(fields.get("bytes_sent", 0))  # ss leaves out counters that are 0
             received += int(fields.get("bytes_received", 0))
     return sent, received
 

@@ -38,6 +38,7 @@ import traffic  # noqa: E402
 BATCH, FIELDS, DENSE, DIM, HASH_BINS = 1024, 26, 13, 16, 1 << 20
 LEARNING_RATE = 0.2  # the same for the tfps table, the stock embedding and dense layers
 GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
+SPEED_TARGET, AUC_TOLERANCE, BYTES_TARGET = 1.5, 0.002, 1.1
 
 
 def criteo_like(seed=None):
@@ -204,9 +205,11 @@ def report_traffic(steps, seed):
         line = {"table_traffic": kind, "all_ps_per_step": {k: round(v, 1) for k, v in table.items()},
                 "unique_keys": round(unique, 1), "unique_key_bytes": round(unique * key_bytes),
                 "bytes_ratio": round((table["sent"] + table["received"]) / (unique * key_bytes), 3)}
-        if kind == "tfps":
-            line.update(target="bytes <= 1.1x the unique keys' bytes", met=line["bytes_ratio"] <= 1.1)
         common.emit(line)
+    tfps_ratio = (totals["tfps"]["sent"] + totals["tfps"]["received"] - totals["dense"]["sent"]
+                  - totals["dense"]["received"]) / (unique * key_bytes)
+    common.emit({"summary": f"table bytes per step <= {BYTES_TARGET}x the unique keys' bytes",
+                 "ratio": round(tfps_ratio, 3), "met": tfps_ratio <= BYTES_TARGET})
 
 
 def run_in_child(kind, steps, seed):
@@ -247,15 +250,16 @@ def main():
             common.emit({"seed": seed, **record})
         speed_ratios.append(ours["examples_per_s"] / stock["examples_per_s"])
         auc_differences.append(ours["eval_auc"] - stock["eval_auc"])
-    speed = float(np.mean(speed_ratios))
-    common.emit({"summary": "examples/s >= 1.0x stock Hashing+Embedding", "mean_ratio": round(speed, 3),
-                 "ratios": [round(r, 3) for r in speed_ratios], "met": speed >= 1.0})
+    speed = float(np.median(speed_ratios))
+    common.emit({"summary": f"examples/s >= {SPEED_TARGET}x stock Hashing+Embedding (median over seeds)",
+                 "ratio": round(speed, 3), "ratios": [round(r, 3) for r in speed_ratios],
+                 "met": speed >= SPEED_TARGET})
     difference = float(np.mean(auc_differences))
     standard_error = float(np.std(auc_differences, ddof=1) / np.sqrt(len(auc_differences))) \
         if len(auc_differences) > 1 else None
-    common.emit({"summary": "AUC no lower than stock (mean over seeds of tfps - stock)",
+    common.emit({"summary": f"AUC at most {AUC_TOLERANCE} below stock (mean over seeds of tfps - stock)",
                  "mean_difference": round(difference, 5), "standard_error": standard_error,
-                 "differences": [round(d, 5) for d in auc_differences], "met": difference >= 0})
+                 "differences": [round(d, 5) for d in auc_differences], "met": difference >= -AUC_TOLERANCE})
 
 
 if __name__ == "__main__":
