@@ -28,7 +28,7 @@ BENCHMARKS = {
     "metrics": ([], []),
 }
 # The field a summary line gives its measured figure in, in order of preference.
-FIGURE_FIELDS = ("ratio", "mean_ratio", "bytes_ratio", "mean_difference", "max_call_ms", "bytes",
+FIGURE_FIELDS = ("ratio", "ratio_net_of_harness", "mean_ratio", "bytes_ratio", "mean_difference", "max_call_ms", "bytes",
                  "returned_fraction")
 
 
