@@ -9,7 +9,8 @@ Runs each benchmark script in turn, each in its own process, and saves the JSON 
 prints to OUT/<name>.jsonl. Then writes OUT/report.md: one row per summary line (what it
 compares, its measured ratio or value, whether the target was met) under the machine it
 ran on; and OUT/<name>.png: each summary's ratio as a bar, beside 1.0 (parity with what it
-compares against). The README's benchmark table is this file's table.
+compares against). The README's benchmark table is a selection of this file's rows.
+A benchmark that fails stops the report; its partial output is kept as <name>.failed.
 """
 
 import argparse
@@ -38,7 +39,9 @@ def run_benchmark(name, quick, out_dir):
     print(f"report: running {' '.join(command[1:])}", file=sys.stderr, flush=True)
     out = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    with open(os.path.join(out_dir, f"{name}.jsonl"), "w") as f:
+    # A failed run's lines are no result: --from must not render them as one.
+    suffix = "jsonl" if out.returncode == 0 else "failed"
+    with open(os.path.join(out_dir, f"{name}.{suffix}"), "w") as f:
         f.write("\n".join(lines) + "\n")
     if out.returncode != 0:
         raise SystemExit(f"report: {name} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
@@ -87,7 +90,7 @@ def plot(name, records, path):
     bars = []
     for summary in (r for r in records if "summary" in r):
         field, value = figure_of(summary)
-        if field is not None and field.endswith("ratio"):
+        if field is not None and "ratio" in field:
             label = summary["summary"] + "".join(f" {k}={summary[k]}" for k in ("dim", "keys") if k in summary)
             bars.append((label, value, summary.get("met")))
     if not bars:

@@ -38,18 +38,33 @@ def listening_pid(port):
     return int(pids.pop())
 
 
-def tcp_bytes(pid):
-    """(bytes sent, bytes received) over every TCP socket process `pid` holds now."""
-    sent = received = 0
-    owner = None
+def socket_bytes(pid):
+    """{(local address, peer address): (bytes sent, bytes received)} of every TCP socket
+    process `pid` holds now."""
+    sockets = {}
+    owner = address = None
     for line in _ss("-tinp").splitlines():
         if not line.startswith(("\t", " ")):  # a socket's line; its TCP counters follow
+            words = line.split()
             owner = {int(p) for p in _PID.findall(line)}
+            address = (words[3], words[4]) if len(words) > 4 else None
             continue
-        if owner is not None and pid in owner:
+        if owner is not None and pid in owner and address is not None:
             fields = dict(f.split(":", 1) for f in line.split() if ":" in f and "(" not in f)
-            sent += int(fields.get("bytes_sent", 0))  # ss leaves out counters that are 0
-            received += int(fields.get("bytes_received", 0))
+            # ss leaves out counters that are 0
+            sockets[address] = (int(fields.get("bytes_sent", 0)), int(fields.get("bytes_received", 0)))
+    return sockets
+
+
+def bytes_between(before, after):
+    """(bytes sent, bytes received) between two socket_bytes snapshots: each socket open at
+    the end counts from its figure at the start (0 if it opened since). A socket closed
+    in between is not counted; gRPC keeps its connections for the life of the cluster."""
+    sent = received = 0
+    for address, (end_sent, end_received) in after.items():
+        start_sent, start_received = before.get(address, (0, 0))
+        sent += end_sent - start_sent
+        received += end_received - start_received
     return sent, received
 
 
@@ -61,19 +76,25 @@ def cpu_seconds(pid):
 
 
 def count_calls(log_path, start, end):
-    """{ps task index: calls} seen in one task's log (tfps-launch's <type>_<index>.log)
-    between `start` and `end` (epoch seconds): component functions this task started on
-    another task's PS device, and RecvTensor RPCs this task issued to or for a PS (the
-    tensor's source or destination is that PS)."""
+    """({ps task index: calls}, stamped lines read in the window) in one task's log
+    (tfps-launch's <type>_<index>.log) between `start` and `end` (epoch seconds):
+    component functions this task started on another task's PS device, and RecvTensor
+    RPCs this task issued to or for a PS (the tensor's source or destination is that PS;
+    one between two PS counts for the one it goes to)."""
     name = os.path.basename(log_path)
     own_ps = int(name[len("ps_"):-len(".log")]) if name.startswith("ps_") else None
     calls = {}
     in_window = False
+    stamped = 0
     with open(log_path, errors="replace") as log:
         for line in log:
             stamp = _TIMESTAMP.match(line)
             if stamp:
-                in_window = start <= float(stamp.group(1)) <= end
+                seconds = float(stamp.group(1))
+                if seconds < 1e9:  # not an epoch time: the log's format is not the one read here
+                    raise ValueError(f"{log_path}: a line stamped {seconds}, not in epoch seconds: {line[:80]!r}")
+                in_window = start <= seconds <= end
+                stamped += in_window
                 component = _COMPONENT.search(line) if in_window else None
                 if component and int(component.group(1)) != own_ps:  # its own are local
                     task = int(component.group(1))
@@ -81,18 +102,24 @@ def count_calls(log_path, start, end):
                 continue
             key = _RENDEZVOUS.search(line) if in_window else None
             if key:
-                for device in {key.group(1), key.group(2)}:
-                    ps = _PS_TASK.match(device)
-                    if ps:
-                        calls[int(ps.group(1))] = calls.get(int(ps.group(1)), 0) + 1
-    return calls
+                source, destination = _PS_TASK.match(key.group(1)), _PS_TASK.match(key.group(2))
+                ps = destination or source
+                if ps:
+                    calls[int(ps.group(1))] = calls.get(int(ps.group(1)), 0) + 1
+    return calls, stamped
 
 
 def calls_per_ps(log_dir, start, end):
     """{ps task index: calls} over every task log tfps-launch wrote in `log_dir`."""
     total = {}
+    stamped = 0
     for name in sorted(os.listdir(log_dir)):
         if name.endswith(".log") and name != "launcher.log":
-            for task, calls in count_calls(os.path.join(log_dir, name), start, end).items():
-                total[task] = total.get(task, 0) + calls
+            calls, lines = count_calls(os.path.join(log_dir, name), start, end)
+            stamped += lines
+            for task, count in calls.items():
+                total[task] = total.get(task, 0) + count
+    if not stamped or not total:
+        raise ValueError(f"no RPC log lines between {start} and {end} in {log_dir}: did the tasks run "
+                         f"with {RPC_LOG_ENV}?")
     return total

@@ -15,8 +15,9 @@ traffic: each model, and the same dense layers over an all-zero embedding ("dens
 trains under tfps-launch (2 workers, 2 PS, a process each); per parameter server and per
 step it prints the remote calls and the bytes sent and received (benchmarks/traffic.py
 says how they are counted). The table's bytes are the model's less the dense model's;
-tfps's are held against the step's unique keys: per key, its 8 bytes and its row out of
-the PS, its 8 bytes and its gradient in.
+tfps's are held against the step's unique keys: per key, its 8 bytes into the PS and its
+row out for the lookup, its 8 bytes and its gradient into the PS for the update. It also
+prints each task's CPU time per step (with the RPC logging on, which adds to each).
 """
 
 import argparse
@@ -136,16 +137,16 @@ def count_traffic(model, data, steps, kind, seed):
              for job in ("ps", "worker") for i, address in enumerate(cluster_spec[job])}
     tasks["chief_0"] = os.getpid()
     ps_pids = [tasks[f"ps_{i}"] for i in range(len(cluster_spec["ps"]))]
-    before = [traffic.tcp_bytes(pid) for pid in ps_pids]
+    before = [traffic.socket_bytes(pid) for pid in ps_pids]
     cpu_before = {task: traffic.cpu_seconds(pid) for task, pid in tasks.items()}
     start = time.time()
     model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0)
     end = time.time()
     cpu = {task: traffic.cpu_seconds(pid) - cpu_before[task] for task, pid in tasks.items()}
-    after = [traffic.tcp_bytes(pid) for pid in ps_pids]
+    moved = [traffic.bytes_between(b, traffic.socket_bytes(pid)) for b, pid in zip(before, ps_pids)]
     record = {"model": kind, "steps": steps, "start": start, "end": end,
               "cpu_ms_per_step": {task: round(1000 * seconds / steps, 2) for task, seconds in cpu.items()},
-              "ps_bytes": [{"sent": a[0] - b[0], "received": a[1] - b[1]} for a, b in zip(after, before)]}
+              "ps_bytes": [{"sent": sent, "received": received} for sent, received in moved]}
     ports = cluster_spec["ps"]
     if kind == "tfps":
         record["unique_keys_per_shard"] = unique_keys_per_step(1000 * seed, len(ports))
@@ -153,8 +154,10 @@ def count_traffic(model, data, steps, kind, seed):
 
 
 def unique_keys_per_step(data_seed, num_shards, batches=50):
-    """The mean over `batches` batches of the stream of the table keys of a batch, unique
-    within it (as the layer looks them up), that fall on each shard."""
+    """The mean over the first `batches` batches of the stream of the table keys of a
+    batch, unique within it (as the layer looks them up), that fall on each shard. Every
+    worker reads this same stream (under ParameterServerStrategy the dataset function runs
+    once, with input_pipeline_id 0), and its batches are alike throughout."""
     import tensorflow as tf
     import tfps
     per_shard = np.zeros(num_shards)
@@ -197,7 +200,8 @@ def report_traffic(steps, seed):
             common.emit({"traffic": kind, "ps": ps, "per_step": {k: round(v, 1) for k, v in figures.items()}})
         totals[kind] = {k: sum(figures[k] for figures in per_ps) for k in per_ps[0]}
         cpu = record["cpu_ms_per_step"]
-        common.emit({"cpu_ms_per_step": kind, **cpu, "all_tasks": round(sum(cpu.values()), 2)})
+        common.emit({"cpu_ms_per_step": kind, **cpu, "all_tasks": round(sum(cpu.values()), 2),
+                     "note": "with TensorFlow's RPC logging on, which adds to every task"})
     key_bytes = 8 + 8 + 2 * 4 * DIM  # a key's lookup and update: key, row, key, gradient
     unique = sum(records["tfps"]["unique_keys_per_shard"])
     for kind in ("tfps", "stock"):

@@ -83,3 +83,14 @@ def test_bad_shapes_are_refused_naming_the_op():
         keys_lib.sum_by_key(tf.constant([1, 2], tf.int64), tf.ones([3, 2]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="Tfps>UniqueKeys: keys must be a vector"):
         keys_lib.unique_keys(tf.zeros([2, 2], tf.int64))
+
+
+def test_batches_larger_than_the_kept_slots_then_small_ones_stay_exact():
+    rng = np.random.default_rng(3)
+    for m in (700_000, 50, 300_000, 7):  # above and below the slots a thread keeps
+        keys = rng.integers(-(1 << 40), 1 << 40, size=m, dtype=np.int64) // 3
+        unique, index, counts = (t.numpy() for t in keys_lib.unique_keys(tf.constant(keys)))
+        expected = numpy_unique_first_occurrence(keys)
+        np.testing.assert_array_equal(unique, expected[0])
+        np.testing.assert_array_equal(index, expected[1])
+        np.testing.assert_array_equal(counts, expected[2])

@@ -2,9 +2,9 @@
 // for the worker's per-step key work (a lookup's unique keys and counts, a gradient's sum
 // per key). An open-addressing set sized once for the batch (power-of-two slots, at most
 // half full, linear probing) holds each distinct key's number; one pass, no allocation
-// per key. The slots are the calling thread's, kept between batches up to kKeptSlots, so
-// a step does not fault in fresh pages for them. Free of TensorFlow so the C++ tests can
-// use it. One KeyDedup per thread at a time.
+// per key. The slots are the calling thread's, kept between batches of up to half
+// kKeptSlots keys (16 MiB per thread at most), so a step does not fault in fresh pages for
+// them; a larger batch gets fresh slots each time. One KeyDedup per thread at a time.
 #ifndef TFPS_CORE_KEY_DEDUP_H_
 #define TFPS_CORE_KEY_DEDUP_H_
 
@@ -36,7 +36,9 @@ class KeyDedup {
   // The number of `key`: its position among the distinct keys seen so far, a new one
   // taking the next number.
   int64_t Number(uint64_t key) {
-    for (uint64_t s = Mix64(key) >> shift_;; s = (s + 1) & mask_) {
+    // Salted, as the table's hashes are, so that keys chosen to collide in one do not
+    // collide here too.
+    for (uint64_t s = Mix64(key ^ 0x9b60933458e17d7dULL) >> shift_;; s = (s + 1) & mask_) {
       Slot& slot = slots_[s];
       if (slot.number < 0) {
         slot.key = key;

@@ -47,7 +47,7 @@ class UniqueKeysOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n}), &counts));
     if (n > 0) std::memcpy(unique_out->flat<int64_t>().data(), unique.flat<int64_t>().data(), n * sizeof(int64_t));
     int64_t* count = counts->flat<int64_t>().data();
-    std::memset(count, 0, n * sizeof(int64_t));
+    if (n > 0) std::memset(count, 0, n * sizeof(int64_t));
     for (int64_t i = 0; i < m; ++i) ++count[number[i]];
   }
 };
@@ -79,7 +79,7 @@ class SumByKeyOp : public OpKernel {
     float* out = sums->flat<float>().data();
     const float* in = values.flat<float>().data();
     // Zero plus each row in turn: the order, and so the rounding, of unsorted_segment_sum.
-    std::memset(out, 0, n * d * sizeof(float));
+    if (n * d > 0) std::memset(out, 0, n * d * sizeof(float));
     for (int64_t i = 0; i < m; ++i) {
       float* row = out + number[i] * d;
       const float* add = in + i * d;

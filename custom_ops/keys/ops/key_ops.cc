@@ -56,6 +56,8 @@ REGISTER_OP("Tfps>SumByKey")
       ::tensorflow::shape_inference::ShapeHandle keys, values;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &keys));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &values));
+      ::tensorflow::shape_inference::DimensionHandle rows;
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(keys, 0), c->Dim(values, 0), &rows));
       c->set_output(0, c->Vector(c->UnknownDim()));
       c->set_output(1, c->Matrix(c->UnknownDim(), c->Dim(values, 1)));
       return absl::OkStatus();
