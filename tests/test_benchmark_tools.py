@@ -41,10 +41,16 @@ def test_socket_bytes_count_what_each_process_sends_and_receives():
             received += len(accepted.recv(1 << 20))
         accepted.sendall(b"s" * 30_000)
         assert peer.stdout.readline().strip() == "done"
-        time.sleep(0.1)
-        # This process sent 30,000 and received 70,000 bytes; the peer the reverse.
-        assert traffic.bytes_between(ours_before, traffic.socket_bytes(os.getpid())) == (30_000, 70_000)
-        assert traffic.bytes_between({}, traffic.socket_bytes(peer.pid)) == (70_000, 30_000)
+        # This process sent 30,000 and received 70,000 bytes; the peer the reverse. The
+        # kernel counts a sent byte once it is acknowledged, a moment after the peer read it.
+        expected = {os.getpid(): (ours_before, (30_000, 70_000)), peer.pid: ({}, (70_000, 30_000))}
+        deadline = time.monotonic() + 10
+        while True:
+            measured = {pid: traffic.bytes_between(before, traffic.socket_bytes(pid))
+                        for pid, (before, _) in expected.items()}
+            if all(measured[pid] == want for pid, (_, want) in expected.items()) or time.monotonic() > deadline:
+                break
+        assert measured == {pid: want for pid, (_, want) in expected.items()}
     finally:
         peer.stdin.close()
         peer.wait(timeout=30)

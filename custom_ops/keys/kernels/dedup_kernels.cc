@@ -41,11 +41,9 @@ class UniqueKeysOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_INT64, keys.shape(), &unique));
     int64_t* number = index->flat<int64_t>().data();
     const int64_t n = NumberKeys(keys.flat<int64_t>().data(), m, number, unique.flat<int64_t>().data());
-    Tensor* unique_out = nullptr;
+    ctx->set_output(0, unique.Slice(0, n));  // its first n keys, without a copy
     Tensor* counts = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &unique_out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n}), &counts));
-    if (n > 0) std::memcpy(unique_out->flat<int64_t>().data(), unique.flat<int64_t>().data(), n * sizeof(int64_t));
     int64_t* count = counts->flat<int64_t>().data();
     if (n > 0) std::memset(count, 0, n * sizeof(int64_t));
     for (int64_t i = 0; i < m; ++i) ++count[number[i]];
@@ -71,11 +69,9 @@ class SumByKeyOp : public OpKernel {
     const int64_t* number = number_tensor.flat<int64_t>().data();
     const int64_t n = NumberKeys(keys.flat<int64_t>().data(), m, number_tensor.flat<int64_t>().data(),
                                  unique.flat<int64_t>().data());
-    Tensor* unique_out = nullptr;
+    ctx->set_output(0, unique.Slice(0, n));  // its first n keys, without a copy
     Tensor* sums = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &unique_out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, d}), &sums));
-    if (n > 0) std::memcpy(unique_out->flat<int64_t>().data(), unique.flat<int64_t>().data(), n * sizeof(int64_t));
     float* out = sums->flat<float>().data();
     const float* in = values.flat<float>().data();
     // Zero plus each row in turn: the order, and so the rounding, of unsorted_segment_sum.
