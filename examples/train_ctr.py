@@ -44,14 +44,15 @@ def dlrm_towers(dense, embedded, dim):
     return keras.layers.Dense(1, activation="sigmoid")(x)
 
 
-def build_model(strategy, dim, learning_rate):
+def build_model(strategy, dim, learning_rate, worker_cache_rows=None, max_staleness_steps=None):
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with strategy.scope():
         dense = keras.Input((tfps.data.NUM_DENSE,), name="dense_features")
         categorical = keras.Input((tfps.data.NUM_CATEGORICAL,), dtype=tf.int64, name="categorical_keys")
         # The reader already put each field in its own namespace; one table serves all 26.
         embedded = tfps.keras_layers.DynamicEmbedding(
-            dim, optimizer=tfps.optimizers.Adagrad(learning_rate), name="fields")(categorical)
+            dim, optimizer=tfps.optimizers.Adagrad(learning_rate), name="fields",
+            worker_cache_rows=worker_cache_rows, max_staleness_steps=max_staleness_steps)(categorical)
         model = keras.Model([dense, categorical], dlrm_towers(dense, embedded, dim))
         model.compile(optimizer=keras.optimizers.legacy.Adagrad(learning_rate), loss="binary_crossentropy",
                       metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss(name="log_loss")],
@@ -112,6 +113,11 @@ def main():
     parser.add_argument("--steps_per_epoch", type=int, default=0, help="default: one pass over the data")
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=0.3)
+    parser.add_argument("--worker_cache_rows", type=int, default=None,
+                        help="keep up to this many hot rows on each worker (docs/keras.md, "
+                             "'A worker cache of hot rows'); needs --max_staleness_steps")
+    parser.add_argument("--max_staleness_steps", type=int, default=None,
+                        help="steps a worker reads a cached row after pulling it")
     parser.add_argument("--out_dir", default=None,
                         help="where checkpoints and backups go by default (default: a directory of "
                              "this run's own; under tfps-launch, one per launch)")
@@ -151,7 +157,8 @@ def main():
     train_files, eval_files = files[:-1] or files, files[-1:]
     rows = sum(1 for f in train_files for _ in open(f))
     steps = args.steps_per_epoch or max(1, rows // args.batch_size)
-    model = build_model(strategy, args.dim, args.learning_rate)
+    model = build_model(strategy, args.dim, args.learning_rate, args.worker_cache_rows,
+                        args.max_staleness_steps)
     config = tfps.distribute.tf_config()
     if config and config["task"]["type"] == "evaluator":
         return evaluate_checkpoints(model, args, eval_files)

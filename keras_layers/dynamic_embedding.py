@@ -17,6 +17,7 @@ from tfps.table import optimizers as optimizers_lib
 from tfps.table import _stock_ops as stock_ops
 from tfps.table.sharded_table import ShardedTable
 from tfps.table.dynamic_table import TableRows
+from tfps.table import worker_cache as worker_cache_lib
 
 try:
     from tensorflow.python.eager.record import could_possibly_record
@@ -86,11 +87,20 @@ class DynamicEmbedding(keras.layers.Layer):
         and drops its gradient. None: every ID trained gets a row.
       eviction: a `tfps.eviction` policy (TTL, DecayedFrequency; LRU or LFU order a cap).
       max_rows: a cap on the table's rows, split over the parameter servers (None: none).
+      worker_cache_rows, max_staleness_steps: a GEO-style cache of up to worker_cache_rows
+        rows on each worker (None: no cache). A worker pulls a row once per cycle of
+        max_staleness_steps + 1 steps and reads its copy for the rest of the cycle; the
+        gradients of cached rows are summed on the worker and pushed in the cycle's last
+        step (tfps.table.worker_cache). Fewer bytes to the parameter servers for hot IDs,
+        at rows up to max_staleness_steps steps old; 0 trains exactly as without a cache.
+        model.fit pushes what the caches hold at the end of every epoch; a custom loop
+        calls flush_worker_cache().
     """
 
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
                  key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
-                 admission=None, eviction=None, max_rows=None, **kwargs):
+                 admission=None, eviction=None, max_rows=None, worker_cache_rows=None,
+                 max_staleness_steps=None, **kwargs):
         super().__init__(**kwargs)
         dim = arguments.positive_int(dim, "dim", "DynamicEmbedding")
         seed = arguments.seed(seed if seed is not None else arguments.seed_of_name(self.name),
@@ -114,6 +124,8 @@ class DynamicEmbedding(keras.layers.Layer):
         self.admission = admission_lib.get(admission)
         self.eviction = eviction_lib.get(eviction)
         self.max_rows = eviction_lib.check_max_rows(max_rows, "DynamicEmbedding", self.eviction)
+        self.worker_cache_rows, self.max_staleness_steps = worker_cache_lib.check_arguments(
+            worker_cache_rows, max_staleness_steps, self.eviction, f"DynamicEmbedding '{self.name}'")
         optimizer_bridge.check_strategy(tf.distribute.get_strategy(), self.name)
         # Created here, where the user's strategy scope is current: Keras builds layers of a
         # functional model inside its own graph, where the strategy is not visible.
@@ -121,6 +133,8 @@ class DynamicEmbedding(keras.layers.Layer):
             self.table = ShardedTable(dim, optimizer=self.optimizer, initializer=self.initializer,
                                       seed=seed, name=self.name, admission=self.admission,
                                       eviction=self.eviction, max_rows=self.max_rows)
+        self.worker_cache = None if self.worker_cache_rows is None else worker_cache_lib.WorkerCache(
+            self.table, self.worker_cache_rows, self.max_staleness_steps, self.name)
         # Set by tfps.export while it traces the serving graph: lookups then use this frozen
         # table and stock ops only.
         self._serving_table = None
@@ -216,7 +230,10 @@ class DynamicEmbedding(keras.layers.Layer):
         unique, index, occurrences = keys_lib.unique_keys(keys, stock_ops=self._serving_table is not None)
         if trains:
             # Counts are of occurrences, so they do not depend on how the data is batched.
-            found, admitted = self.table.find_or_insert(unique, occurrences, return_admitted=True)
+            if self.worker_cache is not None:
+                found, admitted = self.worker_cache.lookup(unique, occurrences)
+            else:
+                found, admitted = self.table.find_or_insert(unique, occurrences, return_admitted=True)
             if self.admission is None:
                 admitted = None  # every key has a row: nothing to mask
             elif self.unseen == "zeros":
@@ -263,8 +280,16 @@ class DynamicEmbedding(keras.layers.Layer):
         """Applies the proxy's gradient (IndexedSlices over keys) to the table at the table
         optimizer's learning rate for the Keras optimizer's step `iterations`; called by the
         Keras optimizer's apply step through tfps.keras._optimizer_bridge."""
-        return optimizer_bridge.apply_to_table(self.table, gradient, unique,
+        return optimizer_bridge.apply_to_table(self.worker_cache or self.table, gradient, unique,
                                                self.optimizer.learning_rate_at(iterations))
+
+    def flush_worker_cache(self, iterations=None):
+        """Pushes the gradient sums every worker's cache holds to the parameter servers and
+        empties the caches (eager, between steps); the learning rate is the table
+        optimizer's at Keras optimizer step `iterations` (None: its initial one). model.fit
+        does this at the end of every epoch. Without a cache, nothing."""
+        if self.worker_cache is not None:
+            self.worker_cache.flush(None if iterations is None else self.optimizer.learning_rate_at(iterations))
 
     def _combine(self, rows, segment_ids, num_segments):
         summed = tf.math.unsorted_segment_sum(rows, segment_ids, num_segments)
@@ -332,5 +357,7 @@ class DynamicEmbedding(keras.layers.Layer):
                 "embeddings_regularizer": keras.regularizers.serialize(self.embeddings_regularizer)
                 if self.embeddings_regularizer is not None else None,
                 "admission": admission_lib.serialize(self.admission),
-                "eviction": eviction_lib.serialize(self.eviction), "max_rows": self.max_rows}
+                "eviction": eviction_lib.serialize(self.eviction), "max_rows": self.max_rows,
+                "worker_cache_rows": self.worker_cache_rows,
+                "max_staleness_steps": self.max_staleness_steps}
 

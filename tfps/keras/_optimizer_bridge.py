@@ -57,8 +57,9 @@ def owner_of(variable):
 
 
 def apply_to_table(table, gradient, unique, learning_rate=None):
-    """Applies IndexedSlices over table keys to `table`: each key once, its slices summed,
-    at `learning_rate` (None: the table's optimizer's own).
+    """Applies IndexedSlices over table keys to `table` (a ShardedTable, or a WorkerCache in
+    front of one): each key once, its slices summed, at `learning_rate` (None: the table's
+    optimizer's own).
 
     unique: the optimizer has already summed repeated keys (the current tf_keras optimizers
     do, before clipping's results reach the variables).
@@ -71,7 +72,7 @@ def apply_to_table(table, gradient, unique, learning_rate=None):
     keys, values = gradient.indices, gradient.values
     if not unique:
         keys, values = keys_lib.sum_by_key(keys, values)
-    return table.apply_gradients(keys, values, step=-1, learning_rate=learning_rate)
+    return table.apply_gradients(keys, values, learning_rate=learning_rate)
 
 
 def _split_table_pairs(grads_and_vars):

@@ -21,6 +21,7 @@ from tfps.table import checkpoint
 from tfps.keras import _exact_evaluation as exact_evaluation
 from tfps.keras import _saving as keras_saving
 from tfps.keras import _optimizer_bridge as optimizer_bridge
+from tfps.keras import _worker_cache_flush as worker_cache_flush
 
 MARKER = "__tfps_patch__"
 SUPPORTED = "TensorFlow 2.16 to 2.21 with the tf_keras of the same minor version"
@@ -62,6 +63,8 @@ PATCHES = (
     Patch("tf_keras.Model", "set_weights",
           functools.partial(keras_saving.warning_dense_only, what="sets"),
           "the same for set_weights"),
+    Patch("tf_keras.Model", "fit", worker_cache_flush.flushing_worker_caches,
+          "pushes the worker caches of a model's tables at every epoch's end"),
     Patch("tf_keras.Model", "summary", keras_saving.with_table_lines,
           "lists each table's dim, rows and shards, which the parameter counts leave out"),
     Patch("tf_keras.Model", "_make_test_function_exact", exact_evaluation.building_metrics_first,
