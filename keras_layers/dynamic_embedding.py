@@ -17,7 +17,7 @@ from tfps.table import optimizers as optimizers_lib
 from tfps.table import _stock_ops as stock_ops
 from tfps.table.sharded_table import ShardedTable
 from tfps.table.dynamic_table import TableRows
-from tfps.table import worker_cache as worker_cache_lib
+from tfps.table import _worker_cache as worker_cache_lib
 
 try:
     from tensorflow.python.eager.record import could_possibly_record
@@ -91,7 +91,7 @@ class DynamicEmbedding(keras.layers.Layer):
         rows on each worker (None: no cache). A worker pulls a row once per cycle of
         max_staleness_steps + 1 steps and reads its copy for the rest of the cycle; the
         gradients of cached rows are summed on the worker and pushed in the cycle's last
-        step (tfps.table.worker_cache). Fewer bytes to the parameter servers for hot IDs,
+        step (tfps.table._worker_cache). Fewer bytes to the parameter servers for hot IDs,
         at rows up to max_staleness_steps steps old; 0 trains exactly as without a cache.
         model.fit pushes what the caches hold at the end of every epoch; a custom loop
         calls flush_worker_cache().

@@ -274,6 +274,19 @@ def test_export_of_a_model_trained_under_parameter_server_strategy(tmp_path):
     served = serve_without_tfps(out["export_dir"], inputs, tmp_path)
     np.testing.assert_allclose(served, np.load(str(tmp_path / "expected.npy")), atol=1e-6)
     assert out["rows"]["ids"] == sum(out["shard_sizes"])
+    # Retrieval: each PS wrote its shard; the whole export, then it and the changes after
+    # it, equal the table's own export at each moment.
+    assert [s["kind"] for s in out["retrieval_1"]["shards"]] == ["whole", "whole"]
+    assert [s["kind"] for s in out["retrieval_2"]["shards"]] == ["changes", "changes"]
+    assert sum(s["removed"] for s in out["retrieval_2"]["shards"]) == 3
+    for version, directories in (("1", ["1"]), ("2", ["1", "2"])):
+        keys, vectors = tfps.export.load_for_retrieval(*(str(tmp_path / "retrieval" / d) for d in directories))
+        table = np.load(str(tmp_path / f"table_{version}.npz"))
+        order = np.argsort(table["keys"])
+        np.testing.assert_array_equal(keys, table["keys"][order])
+        np.testing.assert_array_equal(vectors, table["values"][order])
+    changed = sum(s["rows"] for s in out["retrieval_2"]["shards"])
+    assert 0 < changed < len(keys)
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 3, 7])

@@ -16,7 +16,7 @@ from tests.test_sparse_updates import (DIM, HEAD_LR, KERAS_SGD, MODES, TABLE_OPT
 
 def cached_training_oracle(optimizer_name, ids, labels, kernel, seed, staleness, capacity):
     """Rows, slots and the head's kernel after the batches, simulating each step's cache as
-    the module docstring of tfps.table.worker_cache describes it. Float64."""
+    the module docstring of tfps.table._worker_cache describes it. Float64."""
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
     row_optimizer = RowOptimizer(optimizer_name, DIM, hp.pop("lr"), **hp)

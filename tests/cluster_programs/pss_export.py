@@ -1,7 +1,9 @@
 """Run by tests/test_export.py: trains under ParameterServerStrategy (2 workers, 2 PS) a
 model of two int64 fields sharing a table and a ragged string multi-hot feature (mean),
 exports with save_for_serving and stores test inputs (the ragged one as values and
-row_splits, as the serving signature takes it) and model.predict outputs."""
+row_splits, as the serving signature takes it) and model.predict outputs. Then exports the
+ID table for retrieval, whole, trains on, and exports its changes, storing the table's own
+export after each beside them."""
 
 import json
 import os
@@ -55,6 +57,16 @@ def main(directory):
         np.save(os.path.join(directory, "expected.npy"),
                 model.predict({"ids_in": test, "tags": test_tags}, batch_size=128, verbose=0))
         report["shard_sizes"] = embedding.table.shard_sizes()
+        for version, changes_only in (("1", False), ("2", True)):
+            if changes_only:
+                model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1, steps_per_epoch=5,
+                          verbose=0)
+                embedding.table.remove(embedding.table.export().keys[:3])  # removals reach the changes
+            report[f"retrieval_{version}"] = tfps.export.save_for_retrieval(
+                embedding, os.path.join(directory, "retrieval", version), changes_only=changes_only)
+            rows = embedding.table.export()
+            np.savez(os.path.join(directory, f"table_{version}.npz"), keys=rows.keys.numpy(),
+                     values=rows.values.numpy())
     json.dump(report, sys.stdout)
     sys.stdout.flush()
     os._exit(0)

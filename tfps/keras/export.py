@@ -9,6 +9,9 @@ parameter server), one table stripe at a time, so no row passes through the chie
 shard is ever whole in memory. The SavedModel is saved with empty stand-ins for those
 variables; the chief then merges the dense variables with the shards' files
 (MergeV2Checkpoints), as a checkpoint of several tasks is merged.
+
+save_for_retrieval and load_for_retrieval (tfps.table._retrieval) export a table's keys and
+vectors for a vector index instead.
 """
 
 import functools
@@ -24,6 +27,7 @@ from tfps import _arguments as arguments
 from tfps.table import _stock_ops as stock_ops
 from tfps._ops import ops
 from tfps.table.sharded_table import on_every_shard
+from tfps.table._retrieval import load_for_retrieval, save_for_retrieval  # noqa: F401  (tfps.export's)
 
 _VARIABLE_KEY = "frozen_rows/{}/.ATTRIBUTES/VARIABLE_VALUE"
 

@@ -1,5 +1,6 @@
-// Op registration for exporting a table shard to serving: its rows written straight into
-// a TensorFlow tensor bundle (the variables of a SavedModel), never whole in memory.
+// Op registration for exporting a table shard: to serving, its rows written straight into
+// a TensorFlow tensor bundle (the variables of a SavedModel); for a vector index, its keys
+// and vectors as NumPy arrays. Neither holds the shard whole in memory.
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
@@ -34,6 +35,33 @@ patterns of float16 values (bundles cannot read float16 tensors written in slice
 Written stripe after stripe as slices of the two tensors of at most `slice_rows` rows each
 (memory: at most 20 bytes per row of one stripe, and one slice); a float16 export refuses values float16 rounds to inf
 (magnitude 65520 and up) before writing anything. Returns n.
+)doc");
+
+REGISTER_OP("Tfps>TableExportForRetrieval")
+    .Input("table_handle: resource")
+    .Input("prefix: string")
+    .Output("rows: int64")
+    .Output("removed: int64")
+    .Output("kind: int64")
+    .Output("stamp: int64")
+    .Attr("changes_only: bool = false")
+    .Attr("chain: string")
+    .Attr("chunk_rows: int = 65536")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
+      for (int i = 0; i < 4; ++i) c->set_output(i, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Writes the shard's keys and values as NumPy arrays: `prefix.keys.npy` (int64 [n]) and
+`prefix.vectors.npy` (float32 [n, dim]), every row, or with `changes_only` the rows
+inserted or changed since the last export of `chain`, with `prefix.removed_keys.npy`
+(int64 [r]) the keys removed since (empty for a whole export). Whole when the chain is
+unknown to the table or cannot tell every change. The chain moves on only when
+Tfps>TableCommitSave records this export (with its `stamp`), so a failed export loses
+nothing. Returns n, r, the kind (0: whole, 1: changes) and the stamp.
 )doc");
 
 }  // namespace tfps

@@ -1,0 +1,130 @@
+"""Exports of a table's rows for a vector index: every key with its vector, or what changed
+since the last export, written by each parameter server for its own shard.
+
+An export is a directory: per shard i of n, `shard-<i>-of-<n>.keys.npy` (int64 [rows]),
+`shard-<i>-of-<n>.vectors.npy` (float32 [rows, dim]) and `shard-<i>-of-<n>.removed_keys.npy`
+(int64: the keys removed since the export before; empty in a whole one), written by
+Tfps>TableExportForRetrieval on the shard's device, so no row passes through the chief;
+then `retrieval.json`, written by the chief once every shard's files are in place: the
+dim, the number of shards and each shard's kind ("whole" or "changes") and counts. A
+directory without `retrieval.json` is an export that did not finish.
+
+Exports of changes follow a chain (a name, "retrieval" by default): each holds the rows
+inserted or changed and the keys removed since the chain's last export, read from the
+table's change record as checkpoints read it, so they neither take nor break the changes
+of a checkpoint chain. The chain moves on only once the whole export is written. A shard
+that cannot tell its changes (a fresh process, a restore or clear since) writes whole.
+
+Keys are the table's: for integer IDs looked up without a namespace they are the IDs;
+otherwise `tfps.keys.ids_to_keys(ids, namespace)` gives them. `np.load` reads every file,
+so a vector index needs neither TensorFlow nor tfps; `load_for_retrieval` applies a whole
+export and the changes after it in order.
+"""
+
+import json
+import os
+import random
+
+import numpy as np
+import tensorflow as tf
+
+from tfps._ops import ops
+from tfps.table.sharded_table import on_every_shard
+
+MANIFEST = "retrieval.json"
+DEFAULT_CHAIN = "retrieval"
+_KINDS = ("whole", "changes")
+
+
+def _shards_of(table):
+    """(shard tables, their devices) of a DynamicEmbedding layer, ShardedTable or DynamicTable."""
+    table = getattr(table, "table", table)
+    if hasattr(table, "shards"):
+        return table.shards, table.devices
+    if hasattr(table, "resource_handle"):
+        return [table], [None]
+    raise TypeError(f"tfps.export.save_for_retrieval: expected a DynamicEmbedding, ShardedTable or "
+                    f"DynamicTable, got {type(table).__name__}")
+
+
+def shard_prefix(directory, index, num_shards):
+    return os.path.join(directory, f"shard-{index}-of-{num_shards}")
+
+
+def save_for_retrieval(table, directory, changes_only=False, chain=DEFAULT_CHAIN):
+    """Writes the table's keys and vectors under `directory` (see the module docstring):
+    every row, or with `changes_only` what changed since the last export of `chain`.
+    Returns the manifest (also written as directory/retrieval.json). Eager."""
+    if not isinstance(chain, str) or not chain:
+        raise ValueError(f"tfps.export.save_for_retrieval: chain must be a non-empty string, got {chain!r}")
+    shards, devices = _shards_of(table)
+    if tf.io.gfile.exists(os.path.join(directory, MANIFEST)):
+        raise ValueError(f"tfps.export.save_for_retrieval: {directory} already holds an export; "
+                         "write each export to a new directory")
+    tf.io.gfile.makedirs(directory)
+    num_shards = len(shards)
+
+    def export(i):
+        with tf.device(devices[i]):
+            return ops.tfps_table_export_for_retrieval(
+                shards[i].resource_handle, shard_prefix(directory, i, num_shards),
+                changes_only=bool(changes_only), chain=chain)
+
+    written = on_every_shard([lambda i=i: export(i) for i in range(num_shards)])
+    manifest = {"format": 1, "dim": int(shards[0].dim), "num_shards": num_shards, "chain": chain,
+                "shards": [{"kind": _KINDS[int(kind)], "rows": int(rows), "removed": int(removed)}
+                           for rows, removed, kind, _ in written]}
+    with tf.io.gfile.GFile(os.path.join(directory, MANIFEST + ".tmp"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    tf.io.gfile.rename(os.path.join(directory, MANIFEST + ".tmp"), os.path.join(directory, MANIFEST),
+                       overwrite=True)
+    export_id = random.getrandbits(62) + 1
+    for shard, device, (_, _, _, stamp) in zip(shards, devices, written):
+        with tf.device(device):
+            ops.tfps_table_commit_save(shard.resource_handle, directory, export_id, stamp, chain=chain)
+    return manifest
+
+
+def read_manifest(directory):
+    path = os.path.join(directory, MANIFEST)
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"tfps.export.load_for_retrieval: {directory} has no {MANIFEST}: not a "
+                         "retrieval export, or one that did not finish")
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def _load_array(path):
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return np.load(f)
+
+
+def load_for_retrieval(*directories):
+    """(keys int64 [n], vectors float32 [n, dim]) as of the last of `directories`: a whole
+    export, then exports of changes of its chain in the order they were written. Keys
+    ascending."""
+    if not directories:
+        raise ValueError("tfps.export.load_for_retrieval: give at least one export directory")
+    rows = {}
+    for position, directory in enumerate(directories):
+        manifest = read_manifest(directory)
+        n = manifest["num_shards"]
+        for i, shard in enumerate(manifest["shards"]):
+            prefix = shard_prefix(directory, i, n)
+            if shard["kind"] == "whole":
+                if position > 0:  # the shard starts again: drop the keys it held
+                    from tfps.table.keys import shard_of
+                    held = np.fromiter(rows, np.int64, len(rows))
+                    for key in held[shard_of(tf.constant(held), n).numpy() == i] if len(held) else []:
+                        del rows[int(key)]
+            elif position == 0:
+                raise ValueError(f"tfps.export.load_for_retrieval: {directory} holds changes; the "
+                                 "first export must be a whole one")
+            for key in _load_array(prefix + ".removed_keys.npy"):
+                rows.pop(int(key), None)
+            keys, vectors = _load_array(prefix + ".keys.npy"), _load_array(prefix + ".vectors.npy")
+            rows.update(zip(keys.tolist(), vectors))
+    keys = np.array(sorted(rows), np.int64)
+    dim = read_manifest(directories[-1])["dim"]
+    vectors = np.stack([rows[int(k)] for k in keys]) if len(keys) else np.zeros((0, dim), np.float32)
+    return keys, vectors.astype(np.float32)
