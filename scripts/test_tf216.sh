@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the op library against TensorFlow 2.16.2 in its own virtual environment and runs
 # there the tests of the table ops, sparse updates (every execution mode), checkpoints,
-# serving exports, .keras archives, metrics, admission and eviction, the patches of
-# TensorFlow and tf_keras, and ParameterServerStrategy training and evaluation. Under
+# serving and retrieval exports, .keras archives, metrics, admission and eviction, the
+# worker cache, the patches of TensorFlow and tf_keras, and ParameterServerStrategy
+# training and evaluation. Under
 # ParameterServerStrategy it runs one of each kind of check (training equal to a stock
 # embedding with steps_per_execution 10, one AUC layout, checkpoint and backup restores):
 # their other variants test the same code again. (Chains of saves, backups, early stopping
@@ -18,7 +19,7 @@ TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest -q -p 
   tests/test_checkpoint.py \
   tests/test_export.py tests/test_keras_saving.py tests/test_metrics.py tests/test_metrics_pss.py \
   tests/test_admission_eviction.py tests/test_dynamic_embedding_pss.py \
-  tests/test_patches.py tests/test_configurable.py \
+  tests/test_patches.py tests/test_configurable.py tests/test_worker_cache.py tests/test_retrieval_export.py \
   --deselect "tests/test_dynamic_embedding_pss.py::test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows[legacy-adagrad-1]" \
   --deselect "tests/test_dynamic_embedding_pss.py::test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows[sgd-1]" \
   --deselect "tests/test_dynamic_embedding_pss.py::test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows[sgd-10]" \
