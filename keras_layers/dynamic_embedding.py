@@ -135,8 +135,8 @@ class DynamicEmbedding(keras.layers.Layer):
                                       eviction=self.eviction, max_rows=self.max_rows)
         self.worker_cache = None if self.worker_cache_rows is None else worker_cache_lib.WorkerCache(
             self.table, self.worker_cache_rows, self.max_staleness_steps, self.name)
-        # Set by tfps.export while it traces the serving graph: lookups then use this frozen
-        # table and stock ops only.
+        # Set by tfps.export while it traces the serving graph (use_serving_table): lookups
+        # then use this frozen table and stock ops only.
         self._serving_table = None
 
     def build(self, input_shape):
@@ -156,6 +156,12 @@ class DynamicEmbedding(keras.layers.Layer):
         namespace = _checked_namespace(namespace)
         trains = self._trains(training)
         return self._to_compute_dtype(self._lookup(inputs, trains, namespace))
+
+    def use_serving_table(self, frozen):
+        """Lookups read `frozen` (a table tfps.export froze) with stock ops, or the table
+        again with None. Kept out of Keras' tracking: a model saved after an export must
+        not save the frozen table as part of the layer."""
+        object.__setattr__(self, "_serving_table", frozen)
 
     def _trains(self, training):
         """Whether this call looks up for training: inserts new IDs and carries a gradient."""

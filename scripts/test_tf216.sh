@@ -3,12 +3,11 @@
 # there the tests of the table ops, sparse updates (every execution mode), checkpoints,
 # serving and retrieval exports, .keras archives, metrics, admission and eviction, the
 # worker cache, the patches of TensorFlow and tf_keras, and ParameterServerStrategy
-# training and evaluation. Under
-# ParameterServerStrategy it runs one of each kind of check (training equal to a stock
-# embedding with steps_per_execution 10, one AUC layout, checkpoint and backup restores):
-# their other variants test the same code again. (Chains of saves, backups, early stopping
-# and eviction's pace under every access pattern run under 2.21 only, to keep CI's whole
-# run under its limit.)
+# training and evaluation. Under ParameterServerStrategy it runs one of each kind of
+# check (training equal to a stock embedding with steps_per_execution 10, one AUC layout,
+# checkpoint and backup restores): their other variants test the same code again. (Chains
+# of saves, backups, early stopping and eviction's pace under every access pattern run
+# under 2.21 only, to keep CI's whole run under its limit.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/tf216_env.sh

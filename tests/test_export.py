@@ -73,6 +73,14 @@ def test_export_serves_the_same_predictions_without_tfps(trained, tmp_path):
     assert b"Tfps>" not in graph
 
 
+def test_a_model_saved_after_an_export_loads_and_predicts_as_before(trained, tmp_path):
+    tfps.export.save_for_serving(trained, str(tmp_path / "export"))
+    trained.save(str(tmp_path / "saved_model"))
+    loaded = keras.models.load_model(str(tmp_path / "saved_model"))
+    data = ctr_data(64, 5)
+    np.testing.assert_allclose(loaded.predict(data, verbose=0), trained.predict(data, verbose=0), atol=1e-6)
+
+
 def test_saved_model_cli_runs_the_export(trained, tmp_path):
     report = tfps.export.save_for_serving(trained, str(tmp_path / "export"))
     test = ctr_data(4, 2)

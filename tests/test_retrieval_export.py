@@ -140,4 +140,11 @@ def test_bad_exports_and_loads_are_refused_naming_the_problem(tmp_path):
         tfps.export.load_for_retrieval(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="at least one export directory"):
         tfps.export.load_for_retrieval()
+    with pytest.raises(ValueError, match="given twice"):
+        tfps.export.load_for_retrieval(str(tmp_path / "v1"), str(tmp_path / "v2"), str(tmp_path / "v2"))
+    other = sharded(num_shards=1, dim=3)
+    other.find_or_insert(np.arange(5))
+    tfps.export.save_for_retrieval(other, str(tmp_path / "other"))
+    with pytest.raises(ValueError, match=r"does not follow .* exports of one table's chain only"):
+        tfps.export.load_for_retrieval(str(tmp_path / "v1"), str(tmp_path / "other"))
     assert not [p for p in os.listdir(tmp_path / "v2") if "tmp" in p]

@@ -276,7 +276,7 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         module.frozen_rows = row_variables
         # Saving may trace `serve` again, so the layers use their frozen tables until it is done.
         for layer, frozen in zip(layers, frozen_tables):
-            layer._serving_table = frozen  # pylint: disable=protected-access
+            layer.use_serving_table(frozen)
         concrete = serve.get_concrete_function()
         module.serve = serve
         # Track exactly the variables the serving graph reads (dense weights and frozen
@@ -291,7 +291,7 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         os.rename(tmp, export_dir)
     finally:
         for layer in layers:
-            layer._serving_table = None  # pylint: disable=protected-access
+            layer.use_serving_table(None)
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(export_dir) for f in files)

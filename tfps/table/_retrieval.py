@@ -36,9 +36,9 @@ DEFAULT_CHAIN = "retrieval"
 _KINDS = ("whole", "changes")
 
 
-def _shards_of(table):
+def _shards_of(table_or_layer):
     """(shard tables, their devices) of a DynamicEmbedding layer, ShardedTable or DynamicTable."""
-    table = getattr(table, "table", table)
+    table = getattr(table_or_layer, "table", table_or_layer)
     if hasattr(table, "shards"):
         return table.shards, table.devices
     if hasattr(table, "resource_handle"):
@@ -51,13 +51,15 @@ def shard_prefix(directory, index, num_shards):
     return os.path.join(directory, f"shard-{index}-of-{num_shards}")
 
 
-def save_for_retrieval(table, directory, changes_only=False, chain=DEFAULT_CHAIN):
-    """Writes the table's keys and vectors under `directory` (see the module docstring):
-    every row, or with `changes_only` what changed since the last export of `chain`.
+def save_for_retrieval(table_or_layer, directory, changes_only=False, chain=DEFAULT_CHAIN):
+    """Writes the keys and vectors of a DynamicEmbedding's table (or of a ShardedTable or
+    DynamicTable) under `directory` (see the module docstring): every row, or with
+    `changes_only` the rows changed since the last export of `chain`: inserted, trained,
+    or looked up in training (which counts and stamps a row), and the keys removed.
     Returns the manifest (also written as directory/retrieval.json). Eager."""
     if not isinstance(chain, str) or not chain:
         raise ValueError(f"tfps.export.save_for_retrieval: chain must be a non-empty string, got {chain!r}")
-    shards, devices = _shards_of(table)
+    shards, devices = _shards_of(table_or_layer)
     if tf.io.gfile.exists(os.path.join(directory, MANIFEST)):
         raise ValueError(f"tfps.export.save_for_retrieval: {directory} already holds an export; "
                          "write each export to a new directory")
@@ -105,9 +107,17 @@ def load_for_retrieval(*directories):
     ascending."""
     if not directories:
         raise ValueError("tfps.export.load_for_retrieval: give at least one export directory")
+    if len({os.path.abspath(d) for d in directories}) != len(directories):
+        raise ValueError(f"tfps.export.load_for_retrieval: an export is given twice in {directories}")
+    manifests = [read_manifest(directory) for directory in directories]
+    for directory, manifest in zip(directories[1:], manifests[1:]):
+        if (manifest["dim"], manifest["chain"]) != (manifests[0]["dim"], manifests[0]["chain"]):
+            raise ValueError(
+                f"tfps.export.load_for_retrieval: {directory} (dim {manifest['dim']}, chain "
+                f"{manifest['chain']!r}) does not follow {directories[0]} (dim {manifests[0]['dim']}, "
+                f"chain {manifests[0]['chain']!r}): exports of one table's chain only")
     rows = {}
-    for position, directory in enumerate(directories):
-        manifest = read_manifest(directory)
+    for position, (directory, manifest) in enumerate(zip(directories, manifests)):
         n = manifest["num_shards"]
         for i, shard in enumerate(manifest["shards"]):
             prefix = shard_prefix(directory, i, n)
@@ -125,6 +135,6 @@ def load_for_retrieval(*directories):
             keys, vectors = _load_array(prefix + ".keys.npy"), _load_array(prefix + ".vectors.npy")
             rows.update(zip(keys.tolist(), vectors))
     keys = np.array(sorted(rows), np.int64)
-    dim = read_manifest(directories[-1])["dim"]
+    dim = manifests[-1]["dim"]
     vectors = np.stack([rows[int(k)] for k in keys]) if len(keys) else np.zeros((0, dim), np.float32)
     return keys, vectors.astype(np.float32)
