@@ -89,12 +89,12 @@ class DynamicEmbedding(keras.layers.Layer):
       max_rows: a cap on the table's rows, split over the parameter servers (None: none).
       worker_cache_rows, max_staleness_steps: a GEO-style cache of up to worker_cache_rows
         rows on each worker (None: no cache). A worker pulls a row once per cycle of
-        max_staleness_steps + 1 steps and reads its copy for the rest of the cycle; the
-        gradients of cached rows are summed on the worker and pushed in the cycle's last
-        step (tfps.table._worker_cache). Fewer bytes to the parameter servers for hot IDs,
-        at rows up to max_staleness_steps steps old; 0 trains exactly as without a cache.
-        model.fit pushes what the caches hold at the end of every epoch; a custom loop
-        calls flush_worker_cache().
+        max_staleness_steps + 1 steps and reads and trains its copy for the rest of the
+        cycle; the gradients of cached rows are summed on the worker and pushed in the
+        cycle's last step (tfps.table._worker_cache). Fewer bytes to the parameter servers
+        for hot IDs, at copies up to max_staleness_steps steps behind them; 0 trains
+        exactly as without a cache. model.fit pushes what the caches hold at the end of
+        every epoch; a custom loop calls flush_worker_cache().
     """
 
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
