@@ -140,6 +140,18 @@ def test_fit_pushes_the_caches_before_the_users_epoch_end_callbacks():
     np.testing.assert_array_equal(seen[0], layer.table.find(np.sort(VOCAB)).numpy())
 
 
+def test_a_flush_skips_a_worker_that_is_gone_and_pushes_the_others(caplog):
+    ids, labels = data()
+    model, layer, _ = build_model("sgd", worker_cache_rows=1000, max_staleness_steps=100)
+    train("function", model, KERAS_SGD["current"](), ids, labels)
+    before = layer.table.find(np.sort(VOCAB)).numpy()
+    # A worker killed and restarting is not a device the coordinator knows at that moment.
+    layer.worker_cache._devices = ["/job:worker/replica:0/task:7/device:CPU:0", None]  # pylint: disable=protected-access
+    layer.flush_worker_cache()
+    assert "was not pushed" in caplog.text and "task:7" in caplog.text
+    assert np.abs(layer.table.find(np.sort(VOCAB)).numpy() - before).max(axis=1).min() > 1e-4
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(worker_cache_rows=10), "needs max_staleness_steps"),
     (dict(max_staleness_steps=2), "needs worker_cache_rows"),

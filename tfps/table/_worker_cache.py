@@ -25,6 +25,7 @@ holds, at the end of training.
 """
 
 import itertools
+import logging
 import weakref
 
 import tensorflow as tf
@@ -183,8 +184,18 @@ class WorkerCache:
         after the steps that fill them have finished)."""
         rate = tf.constant(-1.0) if learning_rate is None else tf.cast(learning_rate, tf.float32)
         for device in self._devices:
-            with tf.device(device):
-                self._flush_here(rate)
+            try:
+                with tf.device(device):
+                    self._flush_here(rate)
+            except (tf.errors.UnavailableError, tf.errors.InvalidArgumentError) as e:
+                # A worker that died (and is restarting) is unreachable or not yet known
+                # again; its cache went with it, and a restarted worker's is empty.
+                missing = ("unknown device", "Could not satisfy device specification")
+                if isinstance(e, tf.errors.InvalidArgumentError) and not any(m in str(e) for m in missing):
+                    raise
+                logging.warning("tfps: the worker cache on %s was not pushed (%s): a worker that "
+                                "failed loses the gradient sums its cache held", device,
+                                type(e).__name__)
 
     @tf.function(autograph=False)
     def _flush_here(self, learning_rate):
