@@ -28,6 +28,7 @@ OP_SOURCES = [
     "custom_ops/table/ops/export_ops.cc",
     "custom_ops/table/kernels/export_kernels.cc",
     "custom_ops/table/kernels/retrieval_kernels.cc",
+    "custom_ops/table/kernels/serving_changes_kernels.cc",
     "custom_ops/table/kernels/build_info.cc",
     "custom_ops/metrics/ops/metric_ops.cc",
     "custom_ops/metrics/kernels/histogram_auc_kernel.cc",

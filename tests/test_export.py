@@ -150,7 +150,7 @@ def test_a_shard_written_in_slices_of_any_size_gives_the_same_rows(value_dtype, 
         expected_values = expected_values.astype(np.float16)
     for slice_rows in (1, 3, 65536):
         prefix = str(tmp_path / f"slices{slice_rows}")
-        rows = ops.tfps_table_export_for_serving(
+        rows, _ = ops.tfps_table_export_for_serving(
             table.resource_handle, prefix, hashes_key="h", values_key="v", min_count=1,
             value_dtype=value_dtype, slice_rows=slice_rows)
         assert int(rows) == len(kept)
@@ -295,6 +295,13 @@ def test_export_of_a_model_trained_under_parameter_server_strategy(tmp_path):
         np.testing.assert_array_equal(vectors, table["values"][order])
     changed = sum(s["rows"] for s in out["retrieval_2"]["shards"])
     assert 0 < changed < len(keys)
+    # An export of changes, its rows written by each PS, serves as the model predicts.
+    assert out["changes"]["whole_shards"] == {"ids": 0, "tag_table": 0}
+    assert 0 < out["changes"]["rows"]["ids"] < sum(out["shard_sizes"])
+    # The 3 keys removed before the retrieval export, unless trained again since, and 5 after.
+    assert 5 <= out["changes"]["removed"]["ids"] <= 8
+    served = serve_without_tfps(out["changes"]["export_dir"], inputs, tmp_path)
+    np.testing.assert_allclose(served, np.load(str(tmp_path / "expected_changes.npy")), atol=1e-6)
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 3, 7])

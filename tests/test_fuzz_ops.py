@@ -191,6 +191,14 @@ POLICY_CASES = [
     lambda: ops.tfps_table_export_for_serving(table, "/tmp/fuzz_export", hashes_key="h", values_key="h"),
     lambda: ops.tfps_table_export_for_serving(hist.handle, "/tmp/fuzz_export", hashes_key="h", values_key="v"),
     lambda: ops.tfps_table_export_for_serving(table, "/nonexistent_dir/x/y", hashes_key="h", values_key="v"),
+    lambda: ops.tfps_table_export_changes_for_serving(table, "/tmp/fuzz_changes", [1, 2], hashes_key="h",
+                                                      values_key="v", removed_key="r", chain="c"),
+    lambda: ops.tfps_table_export_changes_for_serving(table, "/tmp/fuzz_changes", 1, hashes_key="h",
+                                                      values_key="v", removed_key="v", chain="c"),
+    lambda: ops.tfps_table_export_changes_for_serving(table, "/tmp/fuzz_changes", 1, hashes_key="h",
+                                                      values_key="v", removed_key="r", chain=""),
+    lambda: ops.tfps_table_export_changes_for_serving(hist.handle, "/tmp/fuzz_changes", 1, hashes_key="h",
+                                                      values_key="v", removed_key="r", chain="c"),
 ]
 CASES += POLICY_CASES
 '''

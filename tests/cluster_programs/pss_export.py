@@ -3,7 +3,8 @@ model of two int64 fields sharing a table and a ragged string multi-hot feature 
 exports with save_for_serving and stores test inputs (the ragged one as values and
 row_splits, as the serving signature takes it) and model.predict outputs. Then exports the
 ID table for retrieval, whole, trains on, and exports its changes, storing the table's own
-export after each beside them."""
+export after each beside them. Last, trains on, removes rows and writes an export of
+changes following the first SavedModel, storing model.predict outputs for it."""
 
 import json
 import os
@@ -67,6 +68,12 @@ def main(directory):
             rows = embedding.table.export()
             np.savez(os.path.join(directory, f"table_{version}.npz"), keys=rows.keys.numpy(),
                      values=rows.values.numpy())
+        model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1, steps_per_epoch=5, verbose=0)
+        embedding.table.remove(embedding.table.export().keys[3:8])
+        report["changes"] = tfps.export.save_for_serving(model, os.path.join(directory, "export_changes"),
+                                                         changes_since=report["export_dir"])
+        np.save(os.path.join(directory, "expected_changes.npy"),
+                model.predict({"ids_in": test, "tags": test_tags}, batch_size=128, verbose=0))
     json.dump(report, sys.stdout)
     sys.stdout.flush()
     os._exit(0)

@@ -14,122 +14,17 @@ save_for_retrieval and load_for_retrieval (tfps.table._retrieval) export a table
 vectors for a vector index instead.
 """
 
-import functools
 import os
-import re
+import random
 import shutil
 import uuid
 
-import numpy as np
 import tensorflow as tf
 
 from tfps import _arguments as arguments
-from tfps.table import _stock_ops as stock_ops
-from tfps._ops import ops
-from tfps.table.sharded_table import on_every_shard
+from tfps.keras import _serving_rows as serving_rows
+from tfps.keras._serving_rows import freeze  # noqa: F401  (tfps.export's)
 from tfps.table._retrieval import load_for_retrieval, save_for_retrieval  # noqa: F401  (tfps.export's)
-
-_VARIABLE_KEY = "frozen_rows/{}/.ATTRIBUTES/VARIABLE_VALUE"
-
-
-class FrozenTable(tf.Module):
-    """The rows of one table shard for serving: `order` int64 [n], the serving order of its
-    keys ascending, and `values` [n, dim] in that order: float32, or float16 values as
-    their int16 bit patterns (as the export op writes them). Created empty (their first
-    dimension unknown): the export writes the rows into the SavedModel."""
-
-    def __init__(self, num_rows, dim, value_dtype, name=None):
-        super().__init__(name=name)
-        self.num_rows = num_rows
-        self.value_dtype = value_dtype
-        stored = tf.int16 if value_dtype == tf.float16 else tf.float32
-        self.order = tf.Variable(tf.zeros([0], tf.int64), shape=[None], trainable=False, name="order")
-        self.values = tf.Variable(tf.zeros([0, dim], stored), shape=[None, dim],
-                                  trainable=False, name="values")
-
-    def find(self, keys):
-        """(float32 rows [n, dim], exists [n]) of int64 keys [n]; absent rows are zeros."""
-        if self.num_rows == 0:
-            return (tf.zeros([tf.shape(keys)[0], self.values.shape[1]], tf.float32),
-                    tf.zeros(tf.shape(keys), tf.bool))
-        order = stock_ops.serving_order(keys)
-        last = tf.shape(self.order, out_type=tf.int64)[0] - 1
-        position = tf.minimum(tf.searchsorted(self.order, order, out_type=tf.int64), last)
-        exists = tf.equal(tf.gather(self.order, position), order)
-        rows = tf.gather(self.values, position)
-        if self.value_dtype == tf.float16:
-            rows = tf.bitcast(rows, tf.float16)
-        rows = tf.cast(rows, tf.float32)
-        return tf.where(exists[:, None], rows, 0.0), exists
-
-
-class ShardedFrozenTable(tf.Module):
-    """One FrozenTable per shard of a trained table; keys route to them as in training."""
-
-    def __init__(self, shards, name=None):
-        super().__init__(name=name)
-        self.shards = list(shards)
-
-    @property
-    def num_rows(self):
-        return sum(shard.num_rows for shard in self.shards)
-
-    def find(self, keys):
-        """(float32 rows [n, dim], exists [n]) of int64 keys [n]."""
-        if len(self.shards) == 1:
-            return self.shards[0].find(keys)
-        route = stock_ops.shard_of(keys, len(self.shards))
-        positions = tf.dynamic_partition(tf.range(tf.size(keys)), route, len(self.shards))
-        parts = tf.dynamic_partition(keys, route, len(self.shards))
-        found = [shard.find(part) for shard, part in zip(self.shards, parts)]
-        return (tf.dynamic_stitch(positions, [rows for rows, _ in found]),
-                tf.dynamic_stitch(positions, [exists for _, exists in found]))
-
-
-def _value_dtype(value_dtype):
-    if not isinstance(value_dtype, tf.dtypes.DType):
-        value_dtype = tf.as_dtype(np.dtype(value_dtype or np.float32))
-    if value_dtype not in (tf.float32, tf.float16):
-        raise ValueError(f"save_for_serving: value_dtype must be float32 or float16, got "
-                         f"{value_dtype.name}")
-    return value_dtype
-
-
-def freeze(layer, directory, table_name, min_count=None, value_dtype=None):
-    """Writes the rows of a DynamicEmbedding's table whose occurrence count is >= min_count
-    as one tensor bundle per shard, `directory/<table_name>_shard<i>`, each written by its
-    shard's device (under ParameterServerStrategy, its parameter server), all shards at
-    once. Returns (a ShardedFrozenTable of empty stand-ins with the row counts, the
-    bundles' prefixes, {stand-in name: variable}); the bundles hold the rows under the keys
-    the SavedModel gives the stand-ins when tracked as `frozen_rows/<stand-in name>`."""
-    value_dtype = _value_dtype(value_dtype)
-    shards = layer.table.shards
-    names = [(f"{table_name}_shard{i}_order", f"{table_name}_shard{i}_values") for i in range(len(shards))]
-    prefixes = [os.path.join(directory, f"{table_name}_shard{i}") for i in range(len(shards))]
-
-    def write(i):
-        with tf.device(shards[i].resource_handle.device):
-            try:
-                return int(ops.tfps_table_export_for_serving(
-                    shards[i].resource_handle, prefixes[i], hashes_key=_VARIABLE_KEY.format(names[i][0]),
-                    values_key=_VARIABLE_KEY.format(names[i][1]), value_dtype=value_dtype,
-                    min_count=0 if min_count is None else int(min_count)))
-            except tf.errors.InvalidArgumentError as e:
-                found = re.search(r"float16 cannot hold (.*?) \(it rounds", e.message)
-                if found is None:
-                    raise
-                raise ValueError(
-                    f"save_for_serving: value_dtype=float16 cannot hold the rows of '{layer.name}': "
-                    f"shard {i} has {found.group(1)}, which float16 would serve as inf; export in "
-                    "float32") from None
-    rows = on_every_shard([functools.partial(write, i) for i in range(len(shards))])
-    frozen, variables = [], {}
-    for i, (shard, n) in enumerate(zip(shards, rows)):
-        with tf.device(shard.resource_handle.device):
-            frozen.append(FrozenTable(n, layer.table.dim, value_dtype, name=f"{layer.name}_frozen{i}"))
-        variables[names[i][0]], variables[names[i][1]] = frozen[-1].order, frozen[-1].values
-    return ShardedFrozenTable(frozen, name=f"{layer.name}_frozen"), prefixes, variables
-
 
 def _merge_rows_into(variables_prefix, row_bundles, row_keys, scratch):
     """Replaces the stand-ins' entries in the SavedModel's variables (`variables_prefix`)
@@ -221,7 +116,8 @@ class _ServingModule(tf.Module):
     pass
 
 
-def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signatures=None):
+def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signatures=None,
+                     changes_since=None, chain=None, max_change_layers=8):
     """Writes a SavedModel that runs `model(inputs, training=False)` with stock ops only.
 
     Args:
@@ -233,9 +129,25 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         pruned IDs serve the layer's inference default (zeros, or the initial value).
       value_dtype: float32 (default) or float16 storage of the frozen rows.
       signatures: input signature (list of TensorSpec) when the model has no Keras inputs.
+      changes_since: the directory of the export this one follows (whole or of changes):
+        write only the rows changed and the keys removed since it, and reuse its rows
+        (hard-linked), so the export costs the rows that changed. Its min_count,
+        value_dtype and chain carry over. The SavedModel serves exactly as a whole export
+        would. A shard whose changes the table cannot tell (restored or cleared since, or
+        the chain moved on to another export) is written whole.
+      chain: a name for the chain of exports of changes a whole export starts; by default
+        each whole export starts a chain of its own, so other exports, checkpoints and
+        backups in between take no changes away from it. Exports of changes continue
+        the chain of the export they follow.
+      max_change_layers: a shard's rows are its whole export and the exports of changes
+        after it, which serving consults newest first; a shard that has this many exports
+        of changes is written whole again.
 
     Returns:
-      dict with "rows" per layer name, "bytes" of the SavedModel and "export_dir".
+      dict with "export_dir", "bytes" of the SavedModel, "bytes_written" (without the files
+      reused from earlier exports), "rows" written per layer name (every row, or the rows
+      changed), "removed" per layer name, and "whole_shards" per layer name (all of them
+      in a whole export).
     """
     export_dir = os.path.abspath(export_dir)
     if os.path.exists(export_dir):
@@ -246,9 +158,19 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
     if not layers:
         raise ValueError("save_for_serving: the model has no tfps DynamicEmbedding layer; "
                          "use tf.saved_model.save for it")
-    value_dtype = _value_dtype(value_dtype)
     if min_count is not None:
         min_count = arguments.positive_int(min_count, "min_count", "save_for_serving")
+    max_change_layers = arguments.positive_int(max_change_layers, "max_change_layers", "save_for_serving")
+    if chain is not None and (not isinstance(chain, str) or not chain):
+        raise ValueError(f"save_for_serving: chain must be a non-empty string, got {chain!r}")
+    previous = None
+    if changes_since is not None:
+        previous, min_count, value_dtype = serving_rows.read_previous(
+            os.path.abspath(changes_since), layers, chain, min_count, value_dtype)
+        chain = previous["chain"]
+    value_dtype = serving_rows.value_dtype_of(value_dtype)
+    export_id = random.getrandbits(62) + 1
+    chain = chain or f"serving-{export_id:x}"
     signature, model_inputs = _serving_inputs(model, signatures)
 
     @tf.function(input_signature=signature)
@@ -262,21 +184,27 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
     except OSError as e:
         raise PermissionError(f"save_for_serving: cannot write into {parent}: {e}") from e
     scratch = os.path.join(tmp, "variables", "tfps-rows")
+    kept_rows = os.path.join(tmp, serving_rows.LAYERS_DIR)
     try:
         tf.io.gfile.makedirs(scratch)
+        tf.io.gfile.makedirs(kept_rows)
         module = _ServingModule()
-        frozen_tables, bundles, row_variables = [], [], {}
+        plans, row_variables = [], {}
         for index, layer in enumerate(layers):
-            frozen, prefixes, variables = freeze(layer, scratch, f"table{index}", min_count, value_dtype)
-            frozen_tables.append(frozen)
-            bundles += prefixes
-            row_variables.update(variables)
+            plans.append(serving_rows.write_layers(
+                layer, scratch, f"table{index}", min_count or 0, value_dtype,
+                previous=previous and serving_rows.previous_of_table(previous, index),
+                export_id=export_id if previous else None, max_change_layers=max_change_layers))
+            row_variables.update(plans[-1].variables)
+        bundles = [prefix for plan in plans for prefix in plan.prefixes]
+        for prefix in bundles:  # kept for the exports of changes that follow this one
+            serving_rows.link_bundle(prefix, os.path.join(kept_rows, os.path.basename(prefix)))
         # The stand-ins are tracked at one short path each, which names their entries in
         # the SavedModel's variables (the keys the shards' bundles already use).
         module.frozen_rows = row_variables
         # Saving may trace `serve` again, so the layers use their frozen tables until it is done.
-        for layer, frozen in zip(layers, frozen_tables):
-            layer.use_serving_table(frozen)
+        for layer, plan in zip(layers, plans):
+            layer.use_serving_table(plan.frozen)
         concrete = serve.get_concrete_function()
         module.serve = serve
         # Track exactly the variables the serving graph reads (dense weights and frozen
@@ -285,15 +213,39 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         module.variables_read = [v for v in concrete.variables if id(v) not in stand_ins]
         tf.saved_model.save(module, tmp, signatures={"serving_default": concrete})
         _merge_rows_into(os.path.join(tmp, "variables", "variables"), bundles,
-                         [_VARIABLE_KEY.format(name) for name in row_variables], scratch)
+                         [serving_rows.VARIABLE_KEY.format(name) for name in row_variables], scratch)
         if tf.io.gfile.exists(scratch):
             tf.io.gfile.rmtree(scratch)
+        serving_rows.write_manifest(kept_rows, export_id, chain, min_count, value_dtype, layers, plans)
         os.rename(tmp, export_dir)
     finally:
         for layer in layers:
             layer.use_serving_table(None)
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
-    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(export_dir) for f in files)
-    return {"export_dir": export_dir, "bytes": size,
-            "rows": {layer.name: frozen.num_rows for layer, frozen in zip(layers, frozen_tables)}}
+    serving_rows.commit(layers, plans, export_dir, export_id, chain)
+    return _export_summary(export_dir, layers, plans, previous)
+
+
+def _export_summary(export_dir, layers, plans, previous):
+    reused = set()
+    if previous is not None:
+        for name in (n for plan in plans for n in plan.reused):
+            for path in tf.io.gfile.glob(os.path.join(previous["directory"], name) + ".*"):
+                reused.add(os.stat(path).st_ino)
+    size = written = 0
+    for d, _, files in os.walk(export_dir):
+        for f in files:
+            stat = os.stat(os.path.join(d, f))
+            size += stat.st_size
+            # A kept bundle is a second name of a file in the variables, or a reused one.
+            if stat.st_ino not in reused and os.path.basename(d) != serving_rows.LAYERS_DIR:
+                written += stat.st_size
+    new_layers = [[shard[-1] for shard in plan.shard_layers
+                   if shard and shard[-1]["name"] not in plan.reused] for plan in plans]
+    return {"export_dir": export_dir, "bytes": size, "bytes_written": written,
+            "rows": {layer.name: sum(entry["rows"] for entry in new) for layer, new in zip(layers, new_layers)},
+            "removed": {layer.name: sum(entry.get("removed", 0) for entry in new)
+                        for layer, new in zip(layers, new_layers)},
+            "whole_shards": {layer.name: sum(entry["kind"] == "whole" for entry in new)
+                             for layer, new in zip(layers, new_layers)}}

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "custom_ops/core/hashing.h"
+#include "custom_ops/table/kernels/serving_rows.h"
 #include "custom_ops/table/kernels/table_resource.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/op_requires.h"
@@ -29,9 +30,6 @@ using ::tensorflow::TensorShape;
 using ::tensorflow::TensorSlice;
 
 constexpr char kOp[] = "Tfps>TableExportForServing";
-// The least magnitude float16 rounds to inf (its largest finite value is 65504).
-constexpr float kFloat16Overflow = 65520.0f;
-constexpr uint64_t kTopBit = uint64_t{1} << 63;
 
 class TableExportForServingOp : public OpKernel {
  public:
@@ -53,6 +51,8 @@ class TableExportForServingOp : public OpKernel {
     OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
     const Tensor* prefix;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, kOp, 1, "prefix", &prefix));
+    // Changes after this stamp are left to the next export of changes.
+    const int64_t stamp = resource->table().BeginSave();
     const Table& table = resource->table();
     const Table::ServingSelection selection = table.SelectForServing(min_count_);
     OP_REQUIRES(ctx, value_dtype_ != ::tensorflow::DT_HALF || selection.max_abs_value < kFloat16Overflow,
@@ -67,6 +67,8 @@ class TableExportForServingOp : public OpKernel {
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = rows;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &out));
+    out->scalar<int64_t>()() = stamp;
   }
 
  private:
@@ -94,18 +96,13 @@ class TableExportForServingOp : public OpKernel {
         const int64_t n = static_cast<int64_t>(end - begin);
         Tensor hashes_slice(::tensorflow::DT_INT64, TensorShape({n}));
         auto h = hashes_slice.flat<int64_t>();
-        for (int64_t i = 0; i < n; ++i) h(i) = static_cast<int64_t>(order[begin + i].first ^ kTopBit);
+        for (int64_t i = 0; i < n; ++i) h(i) = ServingHash(order[begin + i].first);
         Tensor values_slice(StoredType(), TensorShape({n, dim}));
         const bool half = value_dtype_ == ::tensorflow::DT_HALF;
         if (half) half_source.resize(static_cast<size_t>(n * dim));
         float* read_into = half ? half_source.data() : values_slice.flat<float>().data();
         if (!table.ReadSortedValues(s, order, begin, end, read_into)) return changed;
-        if (half) {
-          auto v = values_slice.flat<int16_t>();
-          for (int64_t i = 0; i < n * dim; ++i) {
-            v(i) = static_cast<int16_t>(Eigen::numext::bit_cast<uint16_t>(static_cast<Eigen::half>(half_source[i])));
-          }
-        }
+        if (half) StoreValues(half_source.data(), n * dim, 0, &values_slice);
         TF_RETURN_IF_ERROR(AddSlices(&writer, rows, dim, offset, hashes_slice, values_slice));
         offset += n;
       }
@@ -126,11 +123,7 @@ class TableExportForServingOp : public OpKernel {
     return writer->AddSlice(values_key_, TensorShape({rows, dim}), values_part, values_slice);
   }
 
-  // Bundles cannot read back float16 tensors written in slices, so float16 values are
-  // stored as their int16 bit patterns.
-  DataType StoredType() const {
-    return value_dtype_ == ::tensorflow::DT_HALF ? ::tensorflow::DT_INT16 : ::tensorflow::DT_FLOAT;
-  }
+  DataType StoredType() const { return StoredValueType(value_dtype_); }
 
   std::string hashes_key_, values_key_;
   DataType value_dtype_;
