@@ -20,6 +20,11 @@ directory per run, so give --out_dir to resume one): a run whose task dies resum
 chunk and step of its last backup, with the stream from the example there. The backups
 are deleted when the stream ends. The chunks are whole batches: --examples and --chunk
 round down to multiples of --batch_size.
+
+With --serving_dir it keeps a serving model base path fresh while it trains
+(tfps.callbacks.ExportForServing): a version every --export_every_seconds, each after the
+first holding the rows changed since the one before. examples/serve_stream.py serves those
+versions from a process without tfps and measures how soon a new ID is served.
 """
 
 import argparse
@@ -94,6 +99,36 @@ def backup_callbacks(args, model, chunk_batches):
         callbacks.append(fault_report.FaultReport(args.fault_report, args.backup_dir,
                                                   model.get_layer("ids_table")))
     return backup, callbacks
+
+
+class StepLog(keras.callbacks.Callback):
+    """Appends a JSON line per block of steps to a file: {"step", "scheduled"}, the wall
+    time fit handed the block ending at that step (counted from the stream's start) to the
+    workers, which cannot run it earlier, and every `every` steps also "done", a time by
+    which it had run (fit waits for it there)."""
+
+    def __init__(self, path, every, chunk_batches, first_chunk, first_step):
+        super().__init__()
+        self.path, self.every, self.chunk_batches = path, every, chunk_batches
+        self.first_chunk, self.first_step = first_chunk, first_step
+        self._waited, self._epoch = first_chunk * chunk_batches + first_step, first_chunk
+        self._supports_tf_logs = True
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        record = {"scheduled": time.time()}
+        # `batch` counts the epoch's steps from 0, and a resumed chunk's from its first step.
+        skipped = self.first_step if self._epoch == self.first_chunk else 0
+        record["step"] = self._epoch * self.chunk_batches + skipped + batch + 1
+        if record["step"] - self._waited >= self.every:
+            if hasattr(logs, "fetch"):  # a RemoteValue: the block's logs once it has run
+                logs.fetch()
+            record["done"] = time.time()
+            self._waited = record["step"]
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 class ChunkLog(keras.callbacks.Callback):
@@ -181,6 +216,14 @@ def parse_arguments(argv=None):
                              "(examples/fault_report.py)")
     parser.add_argument("--fault_hold", choices=["backup", "restore"], default=None,
                         help="for benchmarks/faults.py: pause a backup or a restore part way")
+    parser.add_argument("--serving_dir", default=None,
+                        help="a model base path to keep fresh while training (ExportForServing)")
+    parser.add_argument("--export_every_seconds", type=float, default=30.0)
+    parser.add_argument("--max_change_layers", type=int, default=8)
+    parser.add_argument("--keep_versions", type=int, default=None, help="delete older versions")
+    parser.add_argument("--whole_at_end", action="store_true", help="the last version is whole")
+    parser.add_argument("--step_log", default=None,
+                        help="for examples/serve_stream.py: log when each block of steps had run")
     return parser.parse_args(argv)
 
 
@@ -213,6 +256,12 @@ def main():
     chunks = max(1, args.examples // chunk_examples)
     chunk_log = ChunkLog(args, stream, table, writer, chunk_batches, eval_batches, clustered,
                          first_chunk, first_step, resumed=resume is not None)
+    if args.serving_dir:
+        callbacks.append(tfps.callbacks.ExportForServing(
+            args.serving_dir, every_seconds=args.export_every_seconds, max_change_layers=args.max_change_layers,
+            keep_versions=args.keep_versions, whole_at_end=args.whole_at_end))
+    if args.step_log:
+        callbacks.append(StepLog(args.step_log, 100, chunk_batches, first_chunk, first_step))
     with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
         def train_data(_=None):
             return stream.dataset(first_chunk * chunk_examples + first_step * args.batch_size,

@@ -38,7 +38,8 @@ def test_a_metric_in_a_keras3_model_is_refused(metric):
 
 
 @pytest.mark.parametrize("callback", [lambda tmp: tfps.callbacks.TableStats(),
-                                      lambda tmp: tfps.callbacks.IncrementalBackup(str(tmp))])
+                                      lambda tmp: tfps.callbacks.IncrementalBackup(str(tmp)),
+                                      lambda tmp: tfps.callbacks.ExportForServing(str(tmp))])
 def test_a_callback_given_a_keras3_model_is_refused(callback, tmp_path):
     model = keras3_model()
     model.compile("sgd", "binary_crossentropy")

@@ -63,7 +63,7 @@ def test_versions_of_changes_serve_as_whole_exports_and_as_the_table(tmp_path):
         gone = layer.table.export().keys.numpy()[rng.integers(0, 500, 40)]
         layer.table.remove(gone)
         directory = str(tmp_path / f"v{version}")
-        report = tfps.export.save_for_serving(model, directory, changes_since=previous)
+        report = tfps.export.save_for_serving(model, directory, changes_since=previous, max_layered_rows=4)
         whole = tfps.export.save_for_serving(model, str(tmp_path / f"whole{version}"))
         served = serve(directory, probe)
         np.testing.assert_array_equal(served, serve(whole["export_dir"], probe))
@@ -201,3 +201,20 @@ def test_bad_exports_of_changes_fail_clearly_and_write_nothing(tmp_path):
     with pytest.raises(ValueError, match="are not those of the export it follows"):
         tfps.export.save_for_serving(other, str(tmp_path / "bad"), changes_since=base["export_dir"])
     assert sorted(os.listdir(tmp_path)) == ["1"]
+
+
+def test_a_shard_whose_layers_would_outgrow_its_rows_is_written_whole_again(tmp_path):
+    model, layer = row_model(num_shards=1)
+    train(model, np.arange(0, 1000), 0)
+    previous = tfps.export.save_for_serving(model, str(tmp_path / "0"))["export_dir"]
+    wholes = []
+    for version in range(1, 5):
+        train(model, np.arange(0, 300), version)  # the same 30% of the rows each time
+        report = tfps.export.save_for_serving(model, str(tmp_path / str(version)), changes_since=previous,
+                                              max_layered_rows=1.5)
+        wholes.append(report["whole_shards"]["rows"])
+        probe = np.arange(0, 1100, dtype=np.int64)
+        np.testing.assert_array_equal(serve(report["export_dir"], probe), expected_rows(layer, probe))
+        previous = report["export_dir"]
+    # 1000 + 300 rows are within 1.5 times the table's 1000; a second layer of 300 is not.
+    assert wholes == [0, 1, 0, 1]

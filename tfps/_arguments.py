@@ -23,6 +23,13 @@ def positive_int(value, name, owner):
     return int(value)
 
 
+def number_at_least(value, least, name, owner):
+    """`value` as a Python float >= least, or ValueError naming it."""
+    if not is_number(value) or not value >= least:
+        raise ValueError(f"{owner}: {name} must be a number >= {least}, got {value!r}")
+    return float(value)
+
+
 def seed(value, owner):
     """A seed of the 64-bit space, as the int64 that stands for it: seeds in [2^63, 2^64)
     (a uint64 seed) wrap to negative ints, as the table reads its seed as uint64."""

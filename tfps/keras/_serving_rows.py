@@ -193,22 +193,21 @@ class LayersPlan:
 
 
 def write_layers(layer, directory, table_name, min_count, value_dtype, previous=None, export_id=None,
-                 max_change_layers=None):
+                 max_change_layers=None, max_layered_rows=None):
     """Writes this version's layer of each shard of `layer`'s table under `directory`: whole,
     or with `previous` (the shards' layers in the version followed, from its manifest, and
     that version's `tfps_rows` directory and export id) the changes since, reusing the
-    layers before, unless a shard already has `max_change_layers` layers of changes or
-    its table cannot tell its changes. The reused bundles are linked into `directory`."""
+    layers before. A shard is written whole instead when it already has
+    `max_change_layers` layers of changes, when its table cannot tell its changes, or when
+    its layers would hold more than `max_layered_rows` times the shard's rows (rows
+    changed again and again are held once per layer). The reused bundles are linked into
+    `directory`."""
     shards = layer.table.shards
     suffix = "" if export_id is None else f"_v{export_id:x}"
     names = [f"{table_name}_shard{i}{suffix}" for i in range(len(shards))]
     prefixes = [os.path.join(directory, name) for name in names]
 
-    def export(i):
-        before = previous["shards"][i] if previous else None
-        follows = None
-        if before is not None and len(before) - 1 < max_change_layers:
-            follows = previous["export_id"]
+    def export_or_raise(i, follows):
         try:
             return _export_shard(shards[i], prefixes[i], names[i], min_count, value_dtype, follows,
                                  previous and previous["chain"])
@@ -217,6 +216,21 @@ def write_layers(layer, directory, table_name, min_count, value_dtype, previous=
             if error is None:
                 raise
             raise error from None
+
+    def export(i):
+        before = previous["shards"][i] if previous else None
+        if before is None or len(before) - 1 >= max_change_layers:
+            return export_or_raise(i, None)
+        entry, stamp = export_or_raise(i, previous["export_id"])
+        if entry["kind"] == "changes":
+            layered = sum(kept["rows"] for kept in before) + entry["rows"]
+            with tf.device(shards[i].resource_handle.device):
+                rows_now = int(shards[i].size())
+            if layered > max_layered_rows * max(1, rows_now):
+                for path in tf.io.gfile.glob(prefixes[i] + ".*"):
+                    tf.io.gfile.remove(path)
+                return export_or_raise(i, None)
+        return entry, stamp
 
     written = on_every_shard([functools.partial(export, i) for i in range(len(shards))])
     frozen_shards, bundle_prefixes, variables, shard_layers, reused = [], [], {}, [], []

@@ -9,8 +9,10 @@ from tfps import _arguments as arguments
 from tfps.keras import _keras3_guard as keras3_guard
 from tfps.keras._early_stopping import EarlyStopping
 from tfps.keras._incremental_backup import IncrementalBackup, ResumePoint
+from tfps.keras._serving_exports import ExportForServing
 
-__all__ = ["EarlyStopping", "IncrementalBackup", "ResumePoint", "TableStats"]
+__all__ = ["EarlyStopping", "ExportForServing", "IncrementalBackup", "ResumePoint", "TableStats"]
+
 
 class TableStats(keras.callbacks.Callback):
     """Logs the statistics of every DynamicEmbedding's table while a model trains.

@@ -117,7 +117,7 @@ class _ServingModule(tf.Module):
 
 
 def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signatures=None,
-                     changes_since=None, chain=None, max_change_layers=8):
+                     changes_since=None, chain=None, max_change_layers=8, max_layered_rows=1.25):
     """Writes a SavedModel that runs `model(inputs, training=False)` with stock ops only.
 
     Args:
@@ -142,6 +142,9 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
       max_change_layers: a shard's rows are its whole export and the exports of changes
         after it, which serving consults newest first; a shard that has this many exports
         of changes is written whole again.
+      max_layered_rows: a shard is also written whole again when its whole export and
+        exports of changes would hold more than this many times its rows (a row changed
+        in every export is held once per export), which bounds a version's size.
 
     Returns:
       dict with "export_dir", "bytes" of the SavedModel, "bytes_written" (without the files
@@ -161,6 +164,7 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
     if min_count is not None:
         min_count = arguments.positive_int(min_count, "min_count", "save_for_serving")
     max_change_layers = arguments.positive_int(max_change_layers, "max_change_layers", "save_for_serving")
+    max_layered_rows = arguments.number_at_least(max_layered_rows, 1, "max_layered_rows", "save_for_serving")
     if chain is not None and (not isinstance(chain, str) or not chain):
         raise ValueError(f"save_for_serving: chain must be a non-empty string, got {chain!r}")
     previous = None
@@ -194,7 +198,8 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
             plans.append(serving_rows.write_layers(
                 layer, scratch, f"table{index}", min_count or 0, value_dtype,
                 previous=previous and serving_rows.previous_of_table(previous, index),
-                export_id=export_id if previous else None, max_change_layers=max_change_layers))
+                export_id=export_id if previous else None, max_change_layers=max_change_layers,
+                max_layered_rows=max_layered_rows))
             row_variables.update(plans[-1].variables)
         bundles = [prefix for plan in plans for prefix in plan.prefixes]
         for prefix in bundles:  # kept for the exports of changes that follow this one
