@@ -148,6 +148,7 @@ def main():
         "probes_seen_once": int((~seen).sum()),
         "latency_median_s": round(float(np.median(latency)), 1) if len(latency) else None,
         "latency_p95_s": round(float(np.percentile(latency, 95)), 1) if len(latency) else None,
+        "latency_min_s": round(float(np.min(latency)), 1) if len(latency) else None,
         "latency_max_s": round(float(np.max(latency)), 1) if len(latency) else None,
         "step_waits": waits, "last_version_mib": round(last_bytes / (1 << 20), 1),
         "serving_mib": round(model_mib, 1), "serving_one_whole_version_mib": round(whole_mib, 1),

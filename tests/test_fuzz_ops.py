@@ -247,7 +247,7 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     # a rate, saturating counts under admission, an evict, 4 metadata columns, an empty
     # batch of keys to number or sum, zero-width or NaN values to sum).
     expected = ("oooeoeeeeeeeoooeeeeeeeeeoeeeooeeeeeeeeeeeeeeeeeeeeeeeeeeooeeooeeeeeoooeeeeeoeeeeeeeeeoeeeoeeeoeeeo"
-                "eeoeoeeeeeeeeeeeoooeeeeeee")
+                "eeoeoeeeeeeeeeeeoooeeeeeeeeeee")
     got = "".join("o" if outcomes[i] == "ok" else "e" for i in range(total))
     assert len(got) == len(expected)
     assert got == expected, [(i, outcomes[i]) for i in range(total) if got[i] != expected[i]]

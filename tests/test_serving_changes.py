@@ -22,7 +22,8 @@ def row_model(num_shards=2, **layer_args):
     layer = DynamicEmbedding(DIM, name="rows", optimizer=tfps.optimizers.Adagrad(0.5), **layer_args)
     # Shards on local devices, as a parameter server strategy would place them.
     layer.table = tfps.ShardedTable(DIM, devices=["/cpu:0"] * num_shards, name="rows",
-                                    optimizer=layer.optimizer, initializer=layer.initializer, seed=layer.seed)
+                                    optimizer=layer.optimizer, initializer=layer.initializer, seed=layer.seed,
+                                    admission=layer.admission, eviction=layer.eviction)
     model = keras.Model(ids, keras.layers.Lambda(lambda x: x, name="out")(layer(ids)))
     model.compile(optimizer="sgd", loss="mse")
     return model, layer
@@ -218,3 +219,43 @@ def test_a_shard_whose_layers_would_outgrow_its_rows_is_written_whole_again(tmp_
         previous = report["export_dir"]
     # 1000 + 300 rows are within 1.5 times the table's 1000; a second layer of 300 is not.
     assert wholes == [0, 1, 0, 1]
+
+
+def test_serving_exports_in_between_take_no_changes_from_a_checkpoint_chain(tmp_path):
+    model, layer = row_model()
+    train(model, np.arange(0, 1000), 0)
+    checkpoint = tf.train.Checkpoint(table=layer.table)
+    with tfps.checkpoint.chain("backups"):
+        paths = [checkpoint.write(str(tmp_path / "ckpt" / "whole"))]
+        train(model, np.arange(800, 1300), 1)
+        base = tfps.export.save_for_serving(model, str(tmp_path / "1"))
+        layer.table.remove(np.arange(0, 20))
+        train(model, np.arange(1200, 1400), 2)
+        tfps.export.save_for_serving(model, str(tmp_path / "2"), changes_since=base["export_dir"])
+        with tfps.checkpoint.changes_only():
+            paths.append(checkpoint.write(str(tmp_path / "ckpt" / "changes")))
+    restored = tfps.ShardedTable(DIM, optimizer=tfps.optimizers.Adagrad(0.5), devices=["/cpu:0"] * 2)
+    for path in paths:
+        tf.train.Checkpoint(table=restored).read(path).assert_consumed()
+    expected, got = layer.table.export(), restored.export()
+    order_expected, order_got = np.argsort(expected.keys.numpy()), np.argsort(got.keys.numpy())
+    np.testing.assert_array_equal(got.keys.numpy()[order_got], expected.keys.numpy()[order_expected])
+    np.testing.assert_array_equal(got.values.numpy()[order_got], expected.values.numpy()[order_expected])
+    np.testing.assert_array_equal(got.slots.numpy()[order_got], expected.slots.numpy()[order_expected])
+
+
+def test_rows_evicted_by_ttl_stop_being_served(tmp_path):
+    model, layer = row_model(eviction=tfps.eviction.TTL(steps=5))
+    train(model, np.arange(0, 640), 0)  # 10 steps
+    base = tfps.export.save_for_serving(model, str(tmp_path / "1"))
+    old = layer.table.export().keys.numpy()
+    train(model, np.arange(1000, 1640), 1)  # 10 more steps of other IDs: the old ones expire
+    evicted = np.setdiff1d(old, layer.table.export().keys.numpy())
+    assert len(evicted) > 300
+    changes = tfps.export.save_for_serving(model, str(tmp_path / "2"), changes_since=base["export_dir"],
+                                           max_layered_rows=4)
+    assert changes["whole_shards"] == {"rows": 0} and changes["removed"]["rows"] >= len(evicted)
+    probe = np.arange(0, 1700, dtype=np.int64)
+    served = serve(changes["export_dir"], probe)
+    np.testing.assert_array_equal(served, expected_rows(layer, probe))
+    assert not served[np.isin(probe, evicted)].any() and serve(base["export_dir"], evicted).any()

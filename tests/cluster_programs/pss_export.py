@@ -71,7 +71,7 @@ def main(directory):
         model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1, steps_per_epoch=5, verbose=0)
         embedding.table.remove(embedding.table.export().keys[3:8])
         report["changes"] = tfps.export.save_for_serving(model, os.path.join(directory, "export_changes"),
-                                                         changes_since=report["export_dir"])
+                                                         changes_since=report["export_dir"], max_layered_rows=4)
         np.save(os.path.join(directory, "expected_changes.npy"),
                 model.predict({"ids_in": test, "tags": test_tags}, batch_size=128, verbose=0))
     json.dump(report, sys.stdout)

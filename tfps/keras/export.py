@@ -1,14 +1,16 @@
 """Export a trained model as a SavedModel that stock TensorFlow and TF Serving load with no
 tfps ops.
 
-Each shard of each dynamic table becomes two variables: the serving order of its keys
-(stock_ops.serving_order, ascending) and its values in that order, looked up with
-tf.searchsorted and tf.gather after the same routing as in training. Each shard writes
-its own rows into the SavedModel's variables (Tfps>TableExportForServing, on its
-parameter server), one table stripe at a time, so no row passes through the chief and no
-shard is ever whole in memory. The SavedModel is saved with empty stand-ins for those
-variables; the chief then merges the dense variables with the shards' files
-(MergeV2Checkpoints), as a checkpoint of several tasks is merged.
+Each table shard's rows are frozen into variables (tfps.keras._serving_rows): the serving
+order of its keys (stock_ops.serving_order, ascending) and its values in that order,
+looked up with tf.searchsorted and tf.gather after the same routing as in training; an
+export of changes adds, per shard, a layer of the rows changed and the keys removed
+since the export it follows, and reuses the layers before. Each shard writes its own rows
+into a tensor bundle on its parameter server, one table stripe at a time, so no row
+passes through the chief and no shard is ever whole in memory. The SavedModel is saved
+with empty stand-ins for those variables; the chief then merges the dense variables with
+the shards' bundles (MergeV2Checkpoints), as a checkpoint of several tasks is merged, and
+keeps the bundles (hard links) under tfps_rows/ for the next export of changes.
 
 save_for_retrieval and load_for_retrieval (tfps.table._retrieval) export a table's keys and
 vectors for a vector index instead.
@@ -207,11 +209,12 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         # The stand-ins are tracked at one short path each, which names their entries in
         # the SavedModel's variables (the keys the shards' bundles already use).
         module.frozen_rows = row_variables
-        # Saving may trace `serve` again, so the layers use their frozen tables until it is done.
+        # The layers use their frozen tables until the graph is saved.
         for layer, plan in zip(layers, plans):
             layer.use_serving_table(plan.frozen)
+        # Saved as the signature only: tracking the tf.function as well would trace the
+        # model a second time, the largest part of an export of few changes.
         concrete = serve.get_concrete_function()
-        module.serve = serve
         # Track exactly the variables the serving graph reads (dense weights and frozen
         # rows), not the layers, whose table resources would need tfps ops to load.
         stand_ins = {id(v) for v in row_variables.values()}

@@ -55,11 +55,8 @@ class TableExportForServingOp : public OpKernel {
     const int64_t stamp = resource->table().BeginSave();
     const Table& table = resource->table();
     const Table::ServingSelection selection = table.SelectForServing(min_count_);
-    OP_REQUIRES(ctx, value_dtype_ != ::tensorflow::DT_HALF || selection.max_abs_value < kFloat16Overflow,
-                absl::InvalidArgumentError(absl::StrCat(
-                    kOp, ": float16 cannot hold a value of magnitude ", selection.max_abs_value,
-                    " (key ", static_cast<int64_t>(selection.max_abs_key), ") (it rounds to inf "
-                    "from ", kFloat16Overflow, "; table '", resource->name(), "')")));
+    OP_REQUIRES_OK(ctx, CheckFloat16Holds(kOp, value_dtype_, selection.max_abs_value, selection.max_abs_key,
+                                          resource->name()));
     int64_t rows = 0;
     for (int64_t n : selection.rows) rows += n;
     OP_REQUIRES_OK(ctx, Write(ctx, table, selection, rows, prefix->scalar<::tensorflow::tstring>()(),

@@ -81,11 +81,8 @@ class TableExportChangesForServingOp : public OpKernel {
       if (!ctx->status().ok()) return;
     }
     if (written) {
-      OP_REQUIRES(ctx, value_dtype_ != ::tensorflow::DT_HALF || changes.max_abs_value < kFloat16Overflow,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      kOp, ": float16 cannot hold a value of magnitude ", changes.max_abs_value, " (key ",
-                      static_cast<int64_t>(changes.max_abs_key), ") (it rounds to inf from ",
-                      kFloat16Overflow, "; table '", resource->name(), "')")));
+      OP_REQUIRES_OK(ctx, CheckFloat16Holds(kOp, value_dtype_, changes.max_abs_value, changes.max_abs_key,
+                                            resource->name()));
       OP_REQUIRES_OK(ctx, Write(ctx, table.dim(), changes, prefix->scalar<::tensorflow::tstring>()()));
     }
     const int64_t counts[] = {static_cast<int64_t>(changes.rows.size()),

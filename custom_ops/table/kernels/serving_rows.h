@@ -7,6 +7,10 @@
 #define TFPS_CUSTOM_OPS_TABLE_KERNELS_SERVING_ROWS_H_
 
 #include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
@@ -22,6 +26,15 @@ inline int64_t ServingHash(uint64_t table_hash) {
 
 inline ::tensorflow::DataType StoredValueType(::tensorflow::DataType value_dtype) {
   return value_dtype == ::tensorflow::DT_HALF ? ::tensorflow::DT_INT16 : ::tensorflow::DT_FLOAT;
+}
+
+// A float16 export refuses, naming the key, a value float16 would serve as inf.
+inline absl::Status CheckFloat16Holds(const std::string& op, ::tensorflow::DataType value_dtype,
+                                      float max_abs_value, uint64_t max_abs_key, const std::string& table) {
+  if (value_dtype != ::tensorflow::DT_HALF || max_abs_value < kFloat16Overflow) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": float16 cannot hold a value of magnitude ", max_abs_value, " (key ",
+      static_cast<int64_t>(max_abs_key), ") (it rounds to inf from ", kFloat16Overflow, "; table '", table, "')"));
 }
 
 // Writes n float32 values into `stored` (of StoredValueType) from element `offset` on.
