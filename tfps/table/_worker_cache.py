@@ -33,20 +33,11 @@ import tensorflow as tf
 from tfps import _arguments as arguments
 from tfps._ops import ops
 from tfps.table import eviction as eviction_lib
+from tfps.table.sharded_table import task_devices
 
 _INT64_MAX = (1 << 63) - 1
 _ROWS, _SUMS = "rows", "sums"
 _cache_ids = itertools.count()
-
-
-def worker_devices(strategy=None):
-    """The devices whose memory holds a cache: each worker's under ParameterServerStrategy,
-    [None] (this process) otherwise."""
-    strategy = strategy or tf.distribute.get_strategy()
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-        num_workers = strategy.extended._num_workers  # pylint: disable=protected-access
-        return [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(num_workers)]
-    return [None]
 
 
 def check_arguments(capacity, max_staleness_steps, eviction, owner):
@@ -93,7 +84,7 @@ class WorkerCache:
         self.max_staleness_steps = max_staleness_steps
         self._name = f"{name}_{next(_cache_ids)}_{id(self):x}/worker_cache"
         self._handles_by_graph = weakref.WeakKeyDictionary()
-        self._devices = worker_devices()
+        self._devices = task_devices("worker")  # the workers' memory holds the caches
 
     @property
     def cycle_steps(self):

@@ -13,16 +13,22 @@ from tfps.table.dynamic_table import DynamicTable, TableRows, config_from_proto,
 _SHARD_PREFIX = "shard_"
 
 
+def task_devices(job, strategy=None):
+    """The CPU devices of a ParameterServerStrategy's tasks of `job` ("ps" or "worker");
+    [None] (this process) for any other strategy."""
+    strategy = strategy or tf.distribute.get_strategy()
+    if not isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return [None]
+    # extended.parameter_devices names the coordinator in ParameterServerStrategyV2.
+    count = getattr(strategy.extended, {"ps": "_num_ps", "worker": "_num_workers"}[job], None)
+    if count is None:
+        count = strategy.extended._cluster_spec.num_tasks(job)  # pylint: disable=protected-access
+    return [f"/job:{job}/replica:0/task:{i}/device:CPU:0" for i in range(count)]
+
+
 def parameter_server_devices(strategy=None):
     """Devices of the PS tasks of a ParameterServerStrategy; [None] for any other strategy."""
-    strategy = strategy or tf.distribute.get_strategy()
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-        # extended.parameter_devices names the coordinator in ParameterServerStrategyV2.
-        num_ps = getattr(strategy.extended, "_num_ps", None)
-        if num_ps is None:
-            num_ps = strategy.extended._cluster_spec.num_tasks("ps")  # pylint: disable=protected-access
-        return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(num_ps)]
-    return [None]
+    return task_devices("ps", strategy)
 
 
 def on_every_shard(calls):
