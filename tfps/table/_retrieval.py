@@ -116,25 +116,21 @@ def load_for_retrieval(*directories):
                 f"tfps.export.load_for_retrieval: {directory} (dim {manifest['dim']}, chain "
                 f"{manifest['chain']!r}) does not follow {directories[0]} (dim {manifests[0]['dim']}, "
                 f"chain {manifests[0]['chain']!r}): exports of one table's chain only")
-    rows = {}
+    dim = manifests[-1]["dim"]
+    keys, vectors = np.zeros([0], np.int64), np.zeros([0, dim], np.float32)
     for position, (directory, manifest) in enumerate(zip(directories, manifests)):
         n = manifest["num_shards"]
         for i, shard in enumerate(manifest["shards"]):
             prefix = shard_prefix(directory, i, n)
-            if shard["kind"] == "whole":
-                if position > 0:  # the shard starts again: drop the keys it held
-                    from tfps.table.keys import shard_of
-                    held = np.fromiter(rows, np.int64, len(rows))
-                    for key in held[shard_of(tf.constant(held), n).numpy() == i] if len(held) else []:
-                        del rows[int(key)]
-            elif position == 0:
+            if shard["kind"] == "changes" and position == 0:
                 raise ValueError(f"tfps.export.load_for_retrieval: {directory} holds changes; the "
                                  "first export must be a whole one")
-            for key in _load_array(prefix + ".removed_keys.npy"):
-                rows.pop(int(key), None)
-            keys, vectors = _load_array(prefix + ".keys.npy"), _load_array(prefix + ".vectors.npy")
-            rows.update(zip(keys.tolist(), vectors))
-    keys = np.array(sorted(rows), np.int64)
-    dim = manifests[-1]["dim"]
-    vectors = np.stack([rows[int(k)] for k in keys]) if len(keys) else np.zeros((0, dim), np.float32)
-    return keys, vectors.astype(np.float32)
+            new_keys = _load_array(prefix + ".keys.npy")
+            dropped = np.isin(keys, _load_array(prefix + ".removed_keys.npy")) | np.isin(keys, new_keys)
+            if shard["kind"] == "whole" and position > 0 and len(keys):  # the shard starts again
+                from tfps.table.keys import shard_of
+                dropped |= shard_of(tf.constant(keys), n).numpy() == i
+            keys = np.concatenate([keys[~dropped], new_keys])
+            vectors = np.concatenate([vectors[~dropped], _load_array(prefix + ".vectors.npy")])
+    order = np.argsort(keys, kind="stable")
+    return keys[order], vectors[order].astype(np.float32, copy=False)
