@@ -1,5 +1,7 @@
-"""A serving loop: streaming training exports its changes every few seconds, and a process
-without tfps serves each new version; how long until a new ID is served?
+"""How soon a new ID is served: streaming training exports its changes every few seconds.
+
+A process without tfps serves each new version, and this script measures the time from
+the step that trains an ID to the first prediction served with its row.
 
     python examples/serve_stream.py [--examples 6000000] [--export_every_seconds 10]
 

@@ -100,6 +100,7 @@ def test_its_cost_follows_the_rows_changed_not_the_table(tmp_path):
         changes = tfps.export.save_for_serving(model, str(tmp_path / f"{rows}_2"),
                                                changes_since=base["export_dir"])
         assert changes["rows"]["rows"] == 100 and changes["bytes"] > base["bytes_written"]
+        assert base["bytes"] == base["bytes_written"]  # the kept links to its rows count once
         written[rows] = base["bytes_written"], changes["bytes_written"]
     # Ten times the table: the whole export grows with it, the export of changes does not.
     assert written[50_000][0] > 4 * written[5_000][0], written
@@ -189,8 +190,10 @@ def test_bad_exports_of_changes_fail_clearly_and_write_nothing(tmp_path):
     train(model, np.arange(0, 100), 0)
     base = tfps.export.save_for_serving(model, str(tmp_path / "1"), chain="ab")
     other, _ = row_model(num_shards=3)
+    (tmp_path / "not_an_export").mkdir()
     cases = [
-        (dict(changes_since=str(tmp_path / "missing")), "not a serving export that keeps its rows"),
+        (dict(changes_since=str(tmp_path / "missing")), "missing does not exist"),
+        (dict(changes_since=str(tmp_path / "not_an_export")), "not a serving export that keeps its rows"),
         (dict(changes_since=base["export_dir"], chain="cd"), "is on chain 'ab', not 'cd'"),
         (dict(changes_since=base["export_dir"], value_dtype="float16"), "value_dtype=float16 differs"),
         (dict(changes_since=base["export_dir"], max_change_layers=0), "max_change_layers"),
@@ -201,7 +204,7 @@ def test_bad_exports_of_changes_fail_clearly_and_write_nothing(tmp_path):
             tfps.export.save_for_serving(model, str(tmp_path / "bad"), **args)
     with pytest.raises(ValueError, match="are not those of the export it follows"):
         tfps.export.save_for_serving(other, str(tmp_path / "bad"), changes_since=base["export_dir"])
-    assert sorted(os.listdir(tmp_path)) == ["1"]
+    assert sorted(os.listdir(tmp_path)) == ["1", "not_an_export"]
 
 
 def test_a_shard_whose_layers_would_outgrow_its_rows_is_written_whole_again(tmp_path):

@@ -48,16 +48,27 @@ def test_each_version_serves_the_model_as_it_was_at_its_export(tmp_path):
     exporter = tfps.callbacks.ExportForServing(tmp_path / "base", every_seconds=1e-6, max_layered_rows=10)
     recorder = PredictAtEachExport(exporter, probe)
     model.fit(x, y, batch_size=64, epochs=1, verbose=0, shuffle=False, callbacks=[exporter, recorder])
-    recorder.predictions.append(model.predict(probe, verbose=0))  # the version at the end
+    # One version per batch; none more at the end, when no step ran after the last.
     versions = sorted(os.listdir(tmp_path / "base"))
-    assert len(versions) == 7 == len(exporter.exports) == len(recorder.predictions)
+    assert len(versions) == 6 == len(exporter.exports) == len(recorder.predictions)
     assert [r["version"] for r in exporter.exports] == [int(v) for v in versions]
-    assert [sum(r["whole_shards"].values()) for r in exporter.exports] == [1, 0, 0, 0, 0, 0, 0]
+    assert [sum(r["whole_shards"].values()) for r in exporter.exports] == [1, 0, 0, 0, 0, 0]
     for report, expected in zip(exporter.exports, recorder.predictions):
         served = tf.saved_model.load(report["export_dir"]).signatures["serving_default"](ids=tf.constant(probe))
         np.testing.assert_allclose(next(iter(served.values())).numpy(), expected, atol=1e-6)
     np.testing.assert_allclose(serve_without_tfps(exporter.exports[-1]["export_dir"], {"ids": probe}, tmp_path),
                                recorder.predictions[-1], atol=1e-6)
+
+
+def test_the_first_version_waits_its_interval_and_the_end_of_training_writes_one(tmp_path):
+    model = ctr_model()
+    x = np.arange(4 * 32 * 3).reshape(-1, 3).astype(np.int64)
+    exporter = tfps.callbacks.ExportForServing(tmp_path / "base", every_seconds=3600)
+    model.fit(x, np.ones((len(x), 1), np.float32), batch_size=32, verbose=0, callbacks=[exporter])
+    assert len(exporter.exports) == 1 and exporter.exports[0]["rows"] == {model.layers[1].name: len(x.ravel())}
+    served = tf.saved_model.load(exporter.exports[0]["export_dir"]).signatures["serving_default"]
+    np.testing.assert_allclose(next(iter(served(ids=tf.constant(x)).values())).numpy(),
+                               model.predict(x, verbose=0), atol=1e-6)
 
 
 def test_old_versions_go_and_the_last_can_be_whole(tmp_path):
@@ -79,6 +90,8 @@ def test_old_versions_go_and_the_last_can_be_whole(tmp_path):
     (dict(base_dir="b", max_layered_rows=0.5), "max_layered_rows must be a number >= 1"),
     (dict(base_dir="b", keep_versions=0), "keep_versions must be a positive int"),
     (dict(base_dir="b", max_change_layers=0), "max_change_layers must be a positive int"),
+    (dict(base_dir="b", min_count=0), "min_count must be a positive int"),
+    (dict(base_dir="b", value_dtype="bfloat16"), "value_dtype must be float32 or float16"),
 ])
 def test_bad_arguments_are_refused(args, message):
     with pytest.raises(ValueError, match=message):

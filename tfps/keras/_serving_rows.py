@@ -274,6 +274,8 @@ def read_previous(export_dir, layers, chain, min_count, value_dtype):
     """The manifest of the export an export of changes follows, checked against the model
     and arguments; (manifest, min_count, value_dtype) with the ones not given taken from it."""
     path = os.path.join(export_dir, LAYERS_DIR, LAYERS_MANIFEST)
+    if not tf.io.gfile.isdir(export_dir):
+        raise ValueError(f"save_for_serving: changes_since={export_dir} does not exist")
     if not tf.io.gfile.exists(path):
         raise ValueError(f"save_for_serving: changes_since={export_dir} is not a serving export that "
                          f"keeps its rows ({LAYERS_DIR}/{LAYERS_MANIFEST} is missing): give the "

@@ -149,8 +149,8 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         in every export is held once per export), which bounds a version's size.
 
     Returns:
-      dict with "export_dir", "bytes" of the SavedModel, "bytes_written" (without the files
-      reused from earlier exports), "rows" written per layer name (every row, or the rows
+      dict with "export_dir", "bytes" of the export (a file with two names, counted
+      once), "bytes_written" (without the files reused from earlier exports), "rows" written per layer name (every row, or the rows
       changed), "removed" per layer name, and "whole_shards" per layer name (all of them
       in a whole export).
     """
@@ -241,13 +241,15 @@ def _export_summary(export_dir, layers, plans, previous):
         for name in (n for plan in plans for n in plan.reused):
             for path in tf.io.gfile.glob(os.path.join(previous["directory"], name) + ".*"):
                 reused.add(os.stat(path).st_ino)
-    size = written = 0
+    counted, size, written = set(), 0, 0
     for d, _, files in os.walk(export_dir):
         for f in files:
             stat = os.stat(os.path.join(d, f))
+            if stat.st_ino in counted:  # a second name (a kept link) of a file counted
+                continue
+            counted.add(stat.st_ino)
             size += stat.st_size
-            # A kept bundle is a second name of a file in the variables, or a reused one.
-            if stat.st_ino not in reused and os.path.basename(d) != serving_rows.LAYERS_DIR:
+            if stat.st_ino not in reused:
                 written += stat.st_size
     new_layers = [[shard[-1] for shard in plan.shard_layers
                    if shard and shard[-1]["name"] not in plan.reused] for plan in plans]
