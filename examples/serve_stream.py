@@ -97,7 +97,9 @@ def main():
     sys.path.insert(0, ROOT)
     import tfps
     stream = tfps.stream.DriftingStream()
-    examples = args.examples // args.batch_size * args.batch_size
+    # As stream_ctr.py trains: whole chunks of whole batches.
+    chunk_examples = args.chunk // args.batch_size * args.batch_size
+    examples = max(1, args.examples // chunk_examples) * chunk_examples
     probe_fields, probe_ids = choose_probes(stream, examples, args.probes)
     np.savez(probes_path, fields=probe_fields, ids=probe_ids, num_fields=stream.fields)
 
