@@ -10,8 +10,9 @@ chief or a parameter server after a backup's files are written and before chain.
 them); mid_restore (a parameter server killed, then, in the restarted cluster, the chief or a
 parameter server killed after the whole backup is restored and before its backups of
 changes); stopped_ps (SIGSTOP: a hung parameter server, which tfps-launch must find
-silent and kill). Each round must end with exit code 0 and the job's last line printed
-(train_ctr's final eval, stream_ctr's end of stream); every
+silent and kill). The stream also exports a serving version every 3 s. Each round must end
+with exit code 0 and the job's last line printed (train_ctr's final eval, stream_ctr's end
+of stream), and every serving version the stream wrote must load and serve; every
 restore must equal, row by row (keys, values, slots, metadata), the backup it came from,
 restored again here into a one-shard table; at most one backup interval (plus one block of
 steps) may be lost per restore; and no process of the launch may be left. Prints one JSON
@@ -197,6 +198,19 @@ def steps_lost(job, report):
     return lost
 
 
+def versions_serving(base_dir):
+    """(numbered versions under base_dir, how many of them load and serve finite predictions)."""
+    import numpy as np
+    import tensorflow as tf
+    versions = sorted(v for v in os.listdir(base_dir) if v.isdigit()) if os.path.isdir(base_dir) else []
+    serving = 0
+    for version in versions:
+        serve = tf.saved_model.load(os.path.join(base_dir, version)).signatures["serving_default"]
+        ids = tf.constant(np.arange(80, dtype=np.int64).reshape(10, 8) * 997)
+        serving += bool(np.isfinite(next(iter(serve(ids=ids).values())).numpy()).all())
+    return len(versions), serving
+
+
 def run_round(kind, job, index, rng, work, data_dir):
     launch_id = f"faults-{os.getpid()}-{index}"
     out = os.path.join(work, f"round-{index}")
@@ -207,6 +221,8 @@ def run_round(kind, job, index, rng, work, data_dir):
                "--backup_every_steps", str(BACKUP_EVERY), "--fault_report", report]
     if job.name == "train_ctr":
         command += ["--data_dir", data_dir]
+    else:  # the stream also keeps a serving model base path fresh, through its restarts
+        command += ["--serving_dir", os.path.join(out, "serving"), "--export_every_seconds", "3", "--whole_at_end"]
     if kind in ("mid_backup", "mid_restore"):
         command += ["--fault_hold", kind[4:]]
     env = dict(os.environ, TFPS_LAUNCH_ID=launch_id, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
@@ -229,10 +245,13 @@ def run_round(kind, job, index, rng, work, data_dir):
     result["left_behind"] = sorted(processes_gone(launch_id))
     result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(job, report)
     result["steps_lost"] = steps_lost(job, report)
+    if job.name == "stream_ctr":
+        result["versions"], result["versions_serving"] = versions_serving(os.path.join(out, "serving"))
     result["ok"] = (result["rc"] == 0 and result["finished"] and not result["left_behind"]
                     and result["rows_differing"] == 0 and "error" not in result
                     and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])
-                    and (result["restores"] > 0) == (kind != "worker"))
+                    and (result["restores"] > 0) == (kind != "worker")
+                    and result.get("versions_serving", 2) == result.get("versions", 2) >= 2)
     return result
 
 
