@@ -80,6 +80,8 @@ def main():
     parser.add_argument("--batch_size", type=int, default=1024)
     parser.add_argument("--export_every_seconds", type=float, default=10.0)
     parser.add_argument("--max_change_layers", type=int, default=8)
+    parser.add_argument("--max_layered_rows", type=float, default=1.25,
+                        help="a shard's versions are layers of changes until they hold this many times its rows")
     parser.add_argument("--probes", type=int, default=2000)
     parser.add_argument("--num_ps", type=int, default=2)
     parser.add_argument("--num_workers", type=int, default=2)
@@ -113,7 +115,8 @@ def main():
          "--log_dir", os.path.join(out_dir, "logs"), os.path.join(HERE, "stream_ctr.py"),
          "--examples", str(examples), "--chunk", str(args.chunk), "--batch_size", str(args.batch_size),
          "--serving_dir", base_dir, "--export_every_seconds", str(args.export_every_seconds),
-         "--max_change_layers", str(args.max_change_layers), "--whole_at_end", "--step_log", step_log,
+         "--max_change_layers", str(args.max_change_layers), "--max_layered_rows", str(args.max_layered_rows),
+         "--whole_at_end", "--step_log", step_log,
          "--out_dir", os.path.join(out_dir, "train")], env=train_env, cwd=out_dir)
     trained_seconds = time.time() - began
     open(stop_file, "w").close()

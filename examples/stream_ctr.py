@@ -220,6 +220,7 @@ def parse_arguments(argv=None):
                         help="a model base path to keep fresh while training (ExportForServing)")
     parser.add_argument("--export_every_seconds", type=float, default=30.0)
     parser.add_argument("--max_change_layers", type=int, default=8)
+    parser.add_argument("--max_layered_rows", type=float, default=1.25)
     parser.add_argument("--keep_versions", type=int, default=None, help="delete older versions")
     parser.add_argument("--whole_at_end", action="store_true", help="the last version is whole")
     parser.add_argument("--step_log", default=None,
@@ -259,6 +260,7 @@ def main():
     if args.serving_dir:
         callbacks.append(tfps.callbacks.ExportForServing(
             args.serving_dir, every_seconds=args.export_every_seconds, max_change_layers=args.max_change_layers,
+            max_layered_rows=args.max_layered_rows,
             keep_versions=args.keep_versions, whole_at_end=args.whole_at_end))
     if args.step_log:
         callbacks.append(StepLog(args.step_log, 100, chunk_batches, first_chunk, first_step))

@@ -96,7 +96,8 @@ class LayeredShard(tf.Module):
 
     @property
     def num_rows(self):
-        return self.layers[0].num_rows if len(self.layers) == 1 else None
+        """The rows its layers hold (a key in several layers counts in each)."""
+        return sum(layer.num_rows for layer in self.layers)
 
     def find(self, keys):
         if len(self.layers) == 1:
@@ -233,7 +234,7 @@ def write_layers(layer, directory, table_name, min_count, value_dtype, previous=
         return entry, stamp
 
     written = on_every_shard([functools.partial(export, i) for i in range(len(shards))])
-    frozen_shards, bundle_prefixes, variables, shard_layers, reused = [], [], {}, [], []
+    frozen_shards, variables, shard_layers, reused = [], {}, [], []
     for i, (shard, (entry, _)) in enumerate(zip(shards, written)):
         layers = list(previous["shards"][i]) if previous and entry["kind"] == "changes" else []
         for kept in layers:
