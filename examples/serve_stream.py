@@ -26,6 +26,7 @@ of a fresh process serving only the last version, which is whole.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -92,7 +93,6 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     base_dir, step_log = os.path.join(out_dir, "serving"), os.path.join(out_dir, "steps.jsonl")
     probes_path, served_path = os.path.join(out_dir, "probes.npz"), os.path.join(out_dir, "served.json")
-    stop_file = os.path.join(out_dir, "training.done")
 
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -107,7 +107,7 @@ def main():
 
     server_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     server = subprocess.Popen([sys.executable, os.path.join(HERE, "serve_versions.py"), base_dir, probes_path,
-                               served_path, stop_file], env=server_env, cwd=out_dir)
+                               served_path], env=server_env, cwd=out_dir)
     train_env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     began = time.time()
     training = subprocess.run(
@@ -119,7 +119,7 @@ def main():
          "--whole_at_end", "--step_log", step_log,
          "--out_dir", os.path.join(out_dir, "train")], env=train_env, cwd=out_dir)
     trained_seconds = time.time() - began
-    open(stop_file, "w").close()
+    server.send_signal(signal.SIGUSR1)  # serve the newest version, then stop
     if server.wait(timeout=600) != 0 or training.returncode != 0:
         raise SystemExit(f"serve_stream: training exited {training.returncode}, serving {server.returncode}")
 
@@ -129,7 +129,7 @@ def main():
     # The reference: a fresh serving process that loads only the last version, a whole one.
     reference_path = os.path.join(out_dir, "served_whole.json")
     subprocess.run([sys.executable, os.path.join(HERE, "serve_versions.py"), base_dir, probes_path,
-                    reference_path, stop_file], env=server_env, cwd=out_dir, check=True)
+                    reference_path, "--once"], env=server_env, cwd=out_dir, check=True)
     with open(reference_path) as f:
         reference = json.load(f)
     occurrences = first_occurrences(stream, probe_fields, probe_ids, examples)

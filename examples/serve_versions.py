@@ -2,15 +2,16 @@
 process that never imports tfps, and records when each probe ID is first served with a
 trained row.
 
-    python examples/serve_versions.py BASE_DIR PROBES.npz OUT.json STOP_FILE
+    python examples/serve_versions.py BASE_DIR PROBES.npz OUT.json [--once]
 
 Every --poll_seconds it looks for a newer numbered version under BASE_DIR and loads it,
 releasing the one before first (TensorFlow Serving's resource-preserving policy: one
 version in memory at a time); then it sends one request holding every probe. A probe is
 a (field, ID) pair: its example holds the ID in that field and, in every other field, an
 ID no one trained (-1), so it is served with a trained row exactly when its prediction
-differs from the prediction for an example of untrained IDs only. It stops once STOP_FILE
-exists and the newest version has been served, and writes OUT.json: per probe the time
+differs from the prediction for an example of untrained IDs only. It stops once it gets
+SIGUSR1 (or with --once at once) and the newest version has been served, and fails after
+--max_seconds without one; it writes OUT.json: per probe the time
 (seconds since the epoch) of the first request that served its row (None: never), each
 version's load, and the process's memory (VmRSS before the first load, VmHWM at the end).
 examples/serve_stream.py runs it beside a training job.
@@ -21,9 +22,14 @@ import ctypes
 import gc
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
+# Installed before TensorFlow loads, so a stop sent early is not fatal.
+STOP_REQUESTED = threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: STOP_REQUESTED.set())
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
@@ -67,9 +73,13 @@ def main():
     parser.add_argument("base_dir")
     parser.add_argument("probes", help=".npz with int64 arrays 'fields' and 'ids', and 'num_fields'")
     parser.add_argument("out")
-    parser.add_argument("stop_file")
+    parser.add_argument("--once", action="store_true", help="serve the newest version once and stop")
     parser.add_argument("--poll_seconds", type=float, default=0.5)
+    parser.add_argument("--max_seconds", type=float, default=3600.0)
     args = parser.parse_args()
+    if args.once:
+        STOP_REQUESTED.set()
+    deadline = time.monotonic() + args.max_seconds
     return_freed_tensors_to_the_system()
     probes = np.load(args.probes)
     batch = probe_batch(int(probes["num_fields"]), probes["fields"], probes["ids"])
@@ -78,7 +88,7 @@ def main():
     baseline_rss = memory_mib("VmRSS")
     versions, served_version, serve, requests = [], None, None, 0
     while True:
-        stopping = os.path.exists(args.stop_file)
+        stopping = STOP_REQUESTED.is_set()
         version = newest_version(args.base_dir)
         if version is not None and version != served_version:
             began = time.time()
@@ -97,7 +107,9 @@ def main():
             first_served[trained] = now
         if stopping and version == served_version:
             break
-        time.sleep(args.poll_seconds)
+        if time.monotonic() > deadline:
+            raise SystemExit(f"serve_versions: no stop after {args.max_seconds} s")
+        STOP_REQUESTED.wait(args.poll_seconds)  # the next poll, or at once when stopped
     report = {"first_served": [None if np.isnan(t) else float(t) for t in first_served],
               "versions": versions, "requests": requests, "baseline_rss_mib": round(baseline_rss, 1),
               "peak_rss_mib": round(memory_mib("VmHWM"), 1), "tfps_imported": "tfps" in sys.modules}
