@@ -22,28 +22,23 @@ def dataset_fn(_=None):
     return tf.data.Dataset.range(1 << 20).map(batch)
 
 
-class ScoreSequence(keras.callbacks.Callback):
-    """Puts scores[epoch] into the epoch's logs as "score", for the callbacks after it."""
+def recording_callbacks(keras_module, scores, layer):
+    """(a callback that puts scores[epoch] into the epoch's logs as "score", for the
+    callbacks after it; one that records the table's rows and the predictions on PROBE at
+    every epoch end), for tf_keras or Keras 3."""
 
-    def __init__(self, scores):
-        super().__init__()
-        self.scores = scores
+    class ScoreSequence(keras_module.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            logs["score"] = scores[epoch]
 
-    def on_epoch_end(self, epoch, logs=None):
-        logs["score"] = self.scores[epoch]
+    class EpochRecorder(keras_module.callbacks.Callback):
+        rows, predictions = [], []
 
+        def on_epoch_end(self, epoch, logs=None):
+            self.rows.append(sorted_rows(layer.table))
+            self.predictions.append(np.asarray(self.model(tf.constant(PROBE))))
 
-class EpochRecorder(keras.callbacks.Callback):
-    """The table's rows and the predictions on PROBE at every epoch end."""
-
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-        self.rows, self.predictions = [], []
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.rows.append(sorted_rows(self.layer.table))
-        self.predictions.append(self.model(tf.constant(PROBE)).numpy())
+    return ScoreSequence(), EpochRecorder()
 
 
 def same_rows(a, b):
@@ -51,28 +46,33 @@ def same_rows(a, b):
         a[name].shape == b[name].shape and np.array_equal(a[name], b[name]) for name in a)
 
 
-def train(scores, patience, restore_best_weights, strategy=None, snapshot_dir=None):
+def train(scores, patience, restore_best_weights, strategy=None, snapshot_dir=None, keras3=False):
     """Returns what the checks need: epochs run, the best epoch's index by the scores, and
-    how the final model compares with the recorded epochs."""
+    how the final model compares with the recorded epochs. keras3: a Keras 3 model, layer
+    and callback (tfps.keras_layers.keras3) instead of tf_keras ones."""
+    if keras3:
+        import keras as keras_module
+        from tfps.keras_layers.keras3 import DynamicEmbedding, EarlyStopping
+    else:
+        keras_module, DynamicEmbedding, EarlyStopping = (
+            keras, tfps.keras_layers.DynamicEmbedding, tfps.callbacks.EarlyStopping)
     scope = strategy.scope() if strategy is not None else tf.name_scope("local")
     with scope:
-        ids = keras.Input((), dtype=tf.int64)
-        layer = tfps.keras_layers.DynamicEmbedding(4, optimizer=tfps.optimizers.Adagrad(0.5),
-                                                   name="items")
-        model = keras.Model(ids, keras.layers.Dense(1, activation="sigmoid")(layer(ids)))
-        model.compile(keras.optimizers.Adagrad(0.5), "binary_crossentropy")
-    recorder = EpochRecorder(layer)
-    stopping = tfps.callbacks.EarlyStopping(monitor="score", mode="min", patience=patience,
-                                            restore_best_weights=restore_best_weights,
-                                            snapshot_dir=snapshot_dir)
+        ids = keras_module.Input((), dtype="int64")
+        layer = DynamicEmbedding(4, optimizer=tfps.optimizers.Adagrad(0.5), name="items")
+        model = keras_module.Model(ids, keras_module.layers.Dense(1, activation="sigmoid")(layer(ids)))
+        model.compile(keras_module.optimizers.Adagrad(0.5), "binary_crossentropy")
+    scoring, recorder = recording_callbacks(keras_module, scores, layer)
+    stopping = EarlyStopping(monitor="score", mode="min", patience=patience,
+                             restore_best_weights=restore_best_weights, snapshot_dir=snapshot_dir)
     data = (keras.utils.experimental.DatasetCreator(dataset_fn) if strategy is not None
             else dataset_fn())
     history = model.fit(data, epochs=len(scores), steps_per_epoch=STEPS_PER_EPOCH, verbose=0,
-                        callbacks=[ScoreSequence(scores), recorder, stopping])
+                        callbacks=[scoring, recorder, stopping])
     epochs_run = len(history.history["loss"])
     best = int(np.argmin(scores[:epochs_run]))
     final_rows = sorted_rows(layer.table)
-    final_predictions = model(tf.constant(PROBE)).numpy()
+    final_predictions = np.asarray(model(tf.constant(PROBE)))
     return {
         "epochs_run": epochs_run,
         "best_epoch": best,

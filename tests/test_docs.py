@@ -91,6 +91,18 @@ def test_the_readme_quick_start_trains_and_stock_tensorflow_serves_its_export(tm
     assert served_auc(str(version)) > 0.75  # the rows trained
 
 
+def test_the_readme_keras3_quick_start_trains_saves_and_stock_tensorflow_serves_it(tmp_path):
+    program = re.search(r"## Keras 3\n.*?```python\n(.*?)```", read(os.path.join(ROOT, "README.md")), re.S).group(1)
+    (tmp_path / "keras3_start.py").write_text(program)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TF_USE_LEGACY_KERAS", None)  # TensorFlow's default: tf.keras is Keras 3
+    out = subprocess.run([sys.executable, "keras3_start.py"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert "rows: 2000" in out.stdout and (tmp_path / "model.keras").exists()
+    assert served_auc(str(tmp_path / "export_keras3" / "1")) > 0.75  # the rows trained
+
+
 def shown_commands():
     """(doc, command) for every indented or fenced shell line that runs a file or module."""
     for doc in DOCS:

@@ -269,10 +269,10 @@ def accumulate(model, accumulator_or_none, optimizer, x, y, k, compiled):
 def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(compiled):
     x, y = batches()
     stock, embedding = stock_model()
-    accumulate(stock, None, keras.optimizers.SGD(0.05), x, y, k=3, compiled=compiled)
-    ours, layer = tfps_model(tfps.optimizers.SGD(0.05))
+    accumulate(stock, None, keras.optimizers.SGD(0.01), x, y, k=3, compiled=compiled)
+    ours, layer = tfps_model(tfps.optimizers.SGD(0.01))
     accumulator = tfps.GradientAccumulator(ours.trainable_variables)
-    accumulate(ours, accumulator, keras.optimizers.SGD(0.05), x, y, k=3, compiled=compiled)
+    accumulate(ours, accumulator, keras.optimizers.SGD(0.01), x, y, k=3, compiled=compiled)
     np.testing.assert_allclose(table_rows(layer), embedding.embeddings.numpy(), rtol=1e-5, atol=1e-6)
     assert np.abs(table_rows(layer) - start_rows()).max() > 1e-2  # the rows really trained
     assert max(layer.table.clocks().numpy()) == len(x) // (3 * BATCH)  # one table update per apply

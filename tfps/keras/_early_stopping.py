@@ -11,27 +11,10 @@ from tfps.keras import _keras3_guard as keras3_guard
 from tfps.table.checkpoint import SnapshotInPlace
 
 
-class EarlyStopping(keras.callbacks.EarlyStopping):
-    """keras.callbacks.EarlyStopping that, with `restore_best_weights=True`, also gives back
-    every DynamicEmbedding's table as it was at the end of the best epoch: rows, optimizer
-    slots, counts and admission and eviction state, and rows first seen after that epoch
-    are gone. The stock callback restores the dense weights only (get_weights), leaving
-    embeddings from the last epoch under dense layers from the best one.
-
-    It snapshots each table whenever the stock callback snapshots the weights, and restores
-    both when the stock callback does (at the end of training). Each shard writes its
-    snapshot itself, on its parameter server, into that server's memory, or under
-    `snapshot_dir`; no row passes through the chief. The snapshot of a new best epoch
-    replaces the one before, so a parameter server holds one copy of its rows in memory
-    (none with `snapshot_dir`). A restored table's clock is the best epoch's too, as the
-    rest of its state is. If fit ends in an exception, the last snapshot is not restored,
-    and under `snapshot_dir` its files stay there.
-
-    Args: those of keras.callbacks.EarlyStopping, and
-      snapshot_dir: a directory where the parameter servers write the snapshots instead of
-        their memory, for tables whose second copy memory cannot hold; under a cluster
-        every task must reach it (shared storage).
-    """
+class TableSnapshots:
+    """The tables' part of EarlyStopping, mixed in before a Keras' EarlyStopping (tf_keras's
+    here, Keras 3's in tfps.keras_layers.keras3): both take a snapshot of the weights into
+    `best_weights` at each new best epoch and set it back at the end of training."""
 
     def __init__(self, *args, snapshot_dir=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -41,14 +24,10 @@ class EarlyStopping(keras.callbacks.EarlyStopping):
         self.snapshot_dir = None if snapshot_dir is None else os.fspath(snapshot_dir)
         self._table_snapshots = []
 
-    def set_model(self, model):
-        keras3_guard.refuse_keras3("tfps.callbacks.EarlyStopping", [model])
-        super().set_model(model)
-
     def _tables(self):
-        from tfps.keras_layers import DynamicEmbedding
+        from tfps.keras_layers._table_lookup import TableLookup
         layers = [layer for layer in self.model._flatten_layers(include_self=False, recursive=True)  # pylint: disable=protected-access
-                  if isinstance(layer, DynamicEmbedding)]
+                  if isinstance(layer, TableLookup)]
         return [layer.table for layer in layers]
 
     def _discard_snapshots(self):
@@ -79,6 +58,33 @@ class EarlyStopping(keras.callbacks.EarlyStopping):
             for snapshot in self._table_snapshots:
                 snapshot.restore()
         self._discard_snapshots()
+
+
+class EarlyStopping(TableSnapshots, keras.callbacks.EarlyStopping):
+    """keras.callbacks.EarlyStopping that, with `restore_best_weights=True`, also gives back
+    every DynamicEmbedding's table as it was at the end of the best epoch: rows, optimizer
+    slots, counts and admission and eviction state, and rows first seen after that epoch
+    are gone. The stock callback restores the dense weights only (get_weights), leaving
+    embeddings from the last epoch under dense layers from the best one.
+
+    It snapshots each table whenever the stock callback snapshots the weights, and restores
+    both when the stock callback does (at the end of training). Each shard writes its
+    snapshot itself, on its parameter server, into that server's memory, or under
+    `snapshot_dir`; no row passes through the chief. The snapshot of a new best epoch
+    replaces the one before, so a parameter server holds one copy of its rows in memory
+    (none with `snapshot_dir`). A restored table's clock is the best epoch's too, as the
+    rest of its state is. If fit ends in an exception, the last snapshot is not restored,
+    and under `snapshot_dir` its files stay there.
+
+    Args: those of keras.callbacks.EarlyStopping, and
+      snapshot_dir: a directory where the parameter servers write the snapshots instead of
+        their memory, for tables whose second copy memory cannot hold; under a cluster
+        every task must reach it (shared storage).
+    """
+
+    def set_model(self, model):
+        keras3_guard.refuse_keras3("tfps.callbacks.EarlyStopping", [model])
+        super().set_model(model)
 
 
 @contextlib.contextmanager

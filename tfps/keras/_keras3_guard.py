@@ -6,9 +6,10 @@ metric, accept it as a plain function and average its per-batch results into a w
 import sys
 
 _REMEDY = ("tfps's layers, metrics and callbacks are tf_keras (Keras 2) objects, and Keras 3 has "
-           "no ParameterServerStrategy support. Set TF_USE_LEGACY_KERAS=1 before TensorFlow is "
-           "imported and build the model with tf_keras (`import tf_keras as keras`, or tf.keras "
-           "under that variable), as the README's quick start does.")
+           "no ParameterServerStrategy support. Either set TF_USE_LEGACY_KERAS=1 before TensorFlow "
+           "is imported and build the model with tf_keras (`import tf_keras as keras`, or tf.keras "
+           "under that variable), as the README's quick start does; or, to train on one host with "
+           "Keras 3, use tfps.keras_layers.keras3.DynamicEmbedding (and its EarlyStopping).")
 
 
 def is_keras3(obj):

@@ -53,12 +53,26 @@ def _merge_rows_into(variables_prefix, row_bundles, row_keys, scratch):
 
 
 def _dynamic_embeddings(model):
-    from tfps.keras_layers import DynamicEmbedding
+    """The DynamicEmbedding layers of a tf_keras or Keras 3 model."""
+    from tfps.keras_layers._table_lookup import TableLookup
+    modules = model.submodules if hasattr(model, "submodules") else model._flatten_layers()  # pylint: disable=protected-access
     found = []
-    for module in (model,) + tuple(model.submodules):
-        if isinstance(module, DynamicEmbedding) and all(module is not f for f in found):
+    for module in (model,) + tuple(modules):
+        if isinstance(module, TableLookup) and all(module is not f for f in found):
             found.append(module)
     return found
+
+
+def _type_spec(keras_input):
+    """The TypeSpec of a tf_keras or Keras 3 model input."""
+    if hasattr(keras_input, "type_spec"):
+        return keras_input.type_spec
+    shape, dtype = tf.TensorShape(keras_input.shape), tf.as_dtype(keras_input.dtype)
+    if getattr(keras_input, "ragged", False):
+        return tf.RaggedTensorSpec(shape, dtype, ragged_rank=getattr(keras_input, "ragged_rank", 1) or 1)
+    if getattr(keras_input, "sparse", False):
+        return tf.SparseTensorSpec(shape, dtype)
+    return tf.TensorSpec(shape, dtype)
 
 
 def _serving_inputs(model, signatures):
@@ -76,7 +90,7 @@ def _serving_inputs(model, signatures):
     specs, rebuilders = {}, {}
     for keras_input in model.inputs:
         name = keras_input.name.split(":")[0]
-        spec = keras_input.type_spec
+        spec = _type_spec(keras_input)
         if isinstance(spec, tf.RaggedTensorSpec):
             if spec.ragged_rank != 1:
                 raise ValueError(f"save_for_serving: input '{name}' is ragged in {spec.ragged_rank} "
@@ -124,7 +138,7 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
 
     Args:
       model: a tf_keras model with DynamicEmbedding layers (trained locally or under
-        ParameterServerStrategy).
+        ParameterServerStrategy), or a Keras 3 model with tfps.keras_layers.keras3's.
       export_dir: a directory that must not exist yet (missing parents are created); it
         appears only when complete.
       min_count: an int >= 1: keep only rows whose occurrence count is >= min_count;
