@@ -55,6 +55,11 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
                  max_staleness_steps=None, **kwargs):
         _check_backend()
         super().__init__(**kwargs)
+        if worker_cache_rows is not None:
+            raise ValueError(
+                f"DynamicEmbedding '{self.name}': worker_cache_rows caches rows of parameter "
+                "servers on each worker, and the Keras 3 layer's table lives in this process; "
+                "leave it None (the tf_keras layer takes it under ParameterServerStrategy)")
         self._init_table_lookup(dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                                 embeddings_regularizer, admission, eviction, max_rows,
                                 worker_cache_rows, max_staleness_steps)

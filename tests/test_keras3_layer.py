@@ -225,7 +225,25 @@ def test_what_cannot_reach_the_rows_is_refused():
     assert np.abs(table_rows(layer) - start_rows()).max() > 1e-3
 
 
-def test_strategies_and_tf_keras_tensors_are_refused_with_the_way_out():
+def test_a_tf_train_checkpoint_of_the_model_restores_every_row(tmp_path):
+    model, layer = tfps_model(tfps.optimizers.Adagrad(0.3))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, y = batches()
+    model.fit(x + VOCAB, y, batch_size=BATCH, verbose=0)  # new IDs too
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    restored, restored_layer = tfps_model(tfps.optimizers.Adagrad(0.3))
+    tf.train.Checkpoint(model=restored).read(path).assert_existing_objects_matched()  # all but the optimizer
+    before, after = layer.table.export(), restored_layer.table.export()
+    assert len(before.keys.numpy()) == 2 * VOCAB
+    for field in ("keys", "values", "slots", "metadata"):
+        np.testing.assert_array_equal(np.sort(getattr(after, field).numpy(), axis=0),
+                                      np.sort(getattr(before, field).numpy(), axis=0), err_msg=field)
+    np.testing.assert_array_equal(restored.predict(x + VOCAB, verbose=0), model.predict(x + VOCAB, verbose=0))
+
+
+def test_strategies_worker_caches_and_tf_keras_tensors_are_refused_with_the_way_out():
+    with pytest.raises(ValueError, match="worker_cache_rows caches rows of parameter servers"):
+        DynamicEmbedding(DIM, worker_cache_rows=100, max_staleness_steps=2)
     with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
         with pytest.raises(ValueError, match="MirroredStrategy is not supported by the Keras 3 layer"):
             DynamicEmbedding(DIM)
