@@ -9,24 +9,12 @@ import tensorflow as tf
 
 import tfps
 from tests import test_sparse_updates as oracle
+from tests.test_sparse_updates_keras import BATCH, DIM, FIELDS, KERNEL, VOCAB, batches, start_rows
 
 keras = pytest.importorskip("keras")
 if not keras.__version__.startswith("3."):
     pytest.skip("Keras 3 is not installed", allow_module_level=True)
 from tfps.keras_layers.keras3 import DynamicEmbedding  # noqa: E402
-
-VOCAB, DIM, FIELDS, BATCH = 30, 4, 3, 16
-KERNEL = np.linspace(-0.6, 0.6, FIELDS * DIM)[:, None]
-
-
-def batches(steps=12, seed=3):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, VOCAB, size=(steps * BATCH, FIELDS)).astype(np.int64)  # repeats
-    return ids, rng.normal(size=steps * BATCH).astype(np.float32)
-
-
-def start_rows():
-    return np.random.default_rng(0).normal(scale=0.3, size=(VOCAB, DIM)).astype(np.float32)
 
 
 def head():

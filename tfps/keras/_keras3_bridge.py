@@ -37,19 +37,7 @@ def _table_keys():
 def check_optimizer(optimizer, owners):
     """Refuses what a Keras 3 optimizer would do to a stock Embedding but cannot do to a table."""
     for owner in owners:
-        proxy = owner.table_proxy
-        if optimizer.weight_decay and optimizer._use_weight_decay(proxy):  # pylint: disable=protected-access
-            raise ValueError(
-                f"tfps: {type(optimizer).__name__}(weight_decay={optimizer.weight_decay}) would "
-                f"decay every row of a stock Embedding each step, but it cannot reach the rows of "
-                f"DynamicEmbedding '{owner.name}'. Exclude the table with "
-                f"optimizer.exclude_from_weight_decay(var_names=['{proxy.name}']) before "
-                "training, or use an optimizer without weight_decay")
-        if optimizer.use_ema:
-            raise ValueError(
-                f"tfps: {type(optimizer).__name__}(use_ema=True) keeps moving averages of "
-                f"variables, which DynamicEmbedding '{owner.name}' does not have: its rows live "
-                "in a table; use an optimizer without use_ema")
+        optimizer_bridge.refuse_what_misses_the_rows(optimizer, owner.table_proxy, owner)
         if optimizer.gradient_accumulation_steps:
             raise ValueError(
                 f"tfps: {type(optimizer).__name__}(gradient_accumulation_steps="

@@ -90,18 +90,24 @@ def _split_table_pairs(grads_and_vars):
 def check_current_optimizer(optimizer, table_pairs):
     """Refuses what a current optimizer would do to a stock Embedding but not to a table."""
     for _, variable, owner in table_pairs:
-        if optimizer.weight_decay and optimizer._use_weight_decay(variable):  # pylint: disable=protected-access
-            raise ValueError(
-                f"tfps: {type(optimizer).__name__}(weight_decay={optimizer.weight_decay}) would "
-                f"decay every row of a stock Embedding each step, but it cannot reach the rows of "
-                f"DynamicEmbedding '{owner.name}'. Exclude the table explicitly with "
-                f"optimizer.exclude_from_weight_decay(var_names=['{owner.table_proxy.name}']) "
-                "before training, or use an optimizer without weight_decay")
-        if optimizer.use_ema:
-            raise ValueError(
-                f"tfps: {type(optimizer).__name__}(use_ema=True) keeps moving averages of "
-                f"variables, which DynamicEmbedding '{owner.name}' does not have: its rows live "
-                "in a table; use an optimizer without use_ema")
+        refuse_what_misses_the_rows(optimizer, variable, owner)
+
+
+def refuse_what_misses_the_rows(optimizer, proxy, owner):
+    """Raises for an optimizer (tf_keras's current ones or Keras 3's) that would weight-decay
+    or average `owner`'s table as a variable, which cannot reach its rows."""
+    if optimizer.weight_decay and optimizer._use_weight_decay(proxy):  # pylint: disable=protected-access
+        raise ValueError(
+            f"tfps: {type(optimizer).__name__}(weight_decay={optimizer.weight_decay}) would "
+            f"decay every row of a stock Embedding each step, but it cannot reach the rows of "
+            f"DynamicEmbedding '{owner.name}'. Exclude the table explicitly with "
+            f"optimizer.exclude_from_weight_decay(var_names=['{owner.table_proxy.name}']) "
+            "before training, or use an optimizer without weight_decay")
+    if optimizer.use_ema:
+        raise ValueError(
+            f"tfps: {type(optimizer).__name__}(use_ema=True) keeps moving averages of "
+            f"variables, which DynamicEmbedding '{owner.name}' does not have: its rows live "
+            "in a table; use an optimizer without use_ema")
 
 
 def _apply_table_pairs(optimizer, table_pairs, unique):
