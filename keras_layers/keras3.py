@@ -11,13 +11,13 @@ import keras
 import tensorflow as tf
 
 from tfps.keras import _keras3_bridge as keras3_bridge
-from tfps.keras import _keras3_export as keras3_export
+from tfps.keras import _keras3_patches as keras3_patches
 from tfps.keras._early_stopping import TableSnapshots
 from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.keras_layers._table_lookup import TableLookup
 
 keras3_bridge.install()
-keras3_export.install()
+keras3_patches.install()
 
 
 def _check_backend():
@@ -45,9 +45,6 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
     """
 
     _keras = keras
-    # A table lookup is a custom op, which XLA cannot compile: jit_compile="auto" leaves
-    # models with this layer uncompiled.
-    supports_jit = False
 
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
                  key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
@@ -55,6 +52,9 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
                  max_staleness_steps=None, **kwargs):
         _check_backend()
         super().__init__(**kwargs)
+        # A table lookup is a custom op, which XLA cannot compile: jit_compile=True then falls
+        # back to False with Keras' warning (Keras' Layer.__init__ sets this per instance).
+        self.supports_jit = False
         if worker_cache_rows is not None:
             raise ValueError(
                 f"DynamicEmbedding '{self.name}': worker_cache_rows caches rows of parameter "

@@ -3,6 +3,10 @@ oracle of tests/test_sparse_updates.py in every execution mode (the sparse updat
 through the Keras 3 optimizer's apply: clipping, loss scaling, skipped steps, shared and
 frozen layers), and saves in .keras archives with every row."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -211,6 +215,43 @@ def test_what_cannot_reach_the_rows_is_refused():
     model.compile(optimizer=optimizer, loss="mse")
     model.fit(x, y, batch_size=BATCH, verbose=0)
     assert np.abs(table_rows(layer) - start_rows()).max() > 1e-3
+
+
+def test_a_process_that_imports_tfps_only_loads_the_archive(tmp_path):
+    model, _ = tfps_model(tfps.optimizers.Adagrad(0.3))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x, y = batches()
+    model.fit(x + VOCAB, y, batch_size=BATCH, verbose=0)
+    model.save(str(tmp_path / "model.keras"))
+    np.save(str(tmp_path / "x.npy"), x + VOCAB)
+    code = ("import sys, numpy as np, keras, tfps\n"
+            "m = keras.models.load_model(sys.argv[1])\n"
+            "np.save(sys.argv[3], m.predict(np.load(sys.argv[2]), verbose=0))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}  # a Keras 3 user's
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "model.keras"), str(tmp_path / "x.npy"),
+                          str(tmp_path / "p.npy")], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(str(tmp_path / "p.npy")), model.predict(x + VOCAB, verbose=0))
+
+
+def test_jit_compile_falls_back_to_graphs_and_the_table_trains():
+    model, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    with pytest.warns(UserWarning, match="doesn't support `jit_compile=True`"):
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=True)
+    x, y = batches()
+    model.fit(x, y, batch_size=BATCH, verbose=0)
+    assert np.abs(table_rows(layer) - start_rows()).max() > 1e-3
+
+
+def test_hdf5_saving_is_refused_and_get_weights_warns(tmp_path):
+    model, _ = tfps_model(tfps.optimizers.SGD(1.0))
+    with pytest.raises(ValueError, match="HDF5 .* cannot hold the rows of the dynamic tables"):
+        model.save(str(tmp_path / "model.h5"))
+    assert not os.path.exists(tmp_path / "model.h5")
+    with pytest.warns(UserWarning, match="get_weights returns the variables only.*keras3.EarlyStopping"):
+        weights = model.get_weights()
+    with pytest.warns(UserWarning, match="set_weights sets the variables only"):
+        model.set_weights(weights)
 
 
 def test_a_tf_train_checkpoint_of_the_model_restores_every_row(tmp_path):

@@ -62,6 +62,24 @@ from tfps.table import DynamicTable, ShardedTable, TableRows  # noqa: E402
 
 patches.apply()
 
+
+def _register_keras3_layer():
+    """Registers the Keras 3 layer (tfps.keras_layers.keras3) where Keras 3 is in use, so
+    that keras.models.load_model finds it in a process that imported tfps only: where
+    tf.keras is Keras 3 (TF_USE_LEGACY_KERAS unset), or Keras 3 is imported already."""
+    legacy = _os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True")
+    if legacy and "keras" not in _sys.modules:
+        return
+    try:
+        import keras
+    except ImportError:
+        return
+    if keras.__version__.startswith("3.") and keras.backend.backend() == "tensorflow":
+        _importlib.import_module("tfps.keras_layers.keras3")
+
+
+_register_keras3_layer()
+
 __version__ = "0.1.0"
 
 __all__ = ["DynamicTable", "GradientAccumulator", "ShardedTable", "TableRows", "admission", "callbacks",

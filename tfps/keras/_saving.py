@@ -14,10 +14,21 @@ import warnings
 
 
 def tables_of(model):
-    """The names of the DynamicEmbedding layers in a model (nested models included)."""
-    from tfps.keras_layers import DynamicEmbedding
+    """The names of the DynamicEmbedding layers (tf_keras's or Keras 3's) in a model, nested
+    models included."""
+    from tfps.keras_layers._table_lookup import TableLookup
     layers = model._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
-    return [layer.name for layer in layers if isinstance(layer, DynamicEmbedding)]
+    return [layer.name for layer in layers if isinstance(layer, TableLookup)]
+
+
+def refuse_hdf5(what, filepath, tables):
+    """Raises for an HDF5 save of a model with the dynamic tables `tables` (names)."""
+    raise ValueError(
+        f"tfps: {what} in HDF5 ('{filepath}') cannot hold the rows of the dynamic "
+        f"tables of {', '.join(tables)}; nothing was written. Save in the .keras format "
+        "(model.save('m.keras'), model.save_weights('m.weights.h5')), as a SavedModel "
+        "directory, or as TF-format weights (model.save_weights('ckpt/weights'), "
+        "tf.train.Checkpoint): each carries every row.")
 
 
 def _writes_hdf5(filepath, save_format):
@@ -38,12 +49,7 @@ def refusing_hdf5(save, what):
             save_format = args[position] if len(args) > position else None
         tables = tables_of(model) if _writes_hdf5(filepath, save_format) else []
         if tables:
-            raise ValueError(
-                f"tfps: {what} in HDF5 ('{filepath}') cannot hold the rows of the dynamic "
-                f"tables of {', '.join(tables)}; nothing was written. Save in the .keras format "
-                "(model.save('m.keras'), model.save_weights('m.weights.h5')), as a SavedModel "
-                "directory, or as TF-format weights (model.save_weights('ckpt/weights'), "
-                "tf.train.Checkpoint): each carries every row.")
+            refuse_hdf5(what, filepath, tables)
         return save(model, filepath, *args, **kwargs)
     return save_checked
 
@@ -58,8 +64,9 @@ def warning_dense_only(method, what):
                 f"dynamic tables of {', '.join(tables)}. To copy or keep a whole model use "
                 "tf.train.Checkpoint or model.save / save_weights in the .keras or TF format "
                 "(keras EarlyStopping(restore_best_weights=True) and clone_model + set_weights "
-                "restore the dense layers only; tfps.callbacks.EarlyStopping restores the tables "
-                "too).", UserWarning, stacklevel=2)
+                "restore the dense layers only; tfps.callbacks.EarlyStopping, or in Keras 3 "
+                "tfps.keras_layers.keras3.EarlyStopping, restores the tables too).", UserWarning,
+                stacklevel=2)
         return method(self, *args, **kwargs)
     return warned
 
