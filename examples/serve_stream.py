@@ -17,7 +17,10 @@ admission; counted from the first), and leaves out IDs seen once, which are neve
 admitted. The
 training job logs when each block of steps was handed to the workers and, every 100
 steps, by when it had run. A probe's latency runs from the handing over of its first
-step (the step cannot have run earlier) to the first served prediction that used its row.
+step to the first served prediction that used its row. Each worker prefetches batches from
+the stream, so one that runs ahead of the other can train a batch a few blocks before the
+step count reaches it: a single probe may then read early (even negative under load),
+while the median and 95th percentile hold.
 Prints the median and 95th percentile, the probes never served, the versions, and the
 serving process's memory (its peak over what it held before loading a model) against that
 of a fresh process serving only the last version, which is whole.
@@ -137,7 +140,7 @@ def main():
     steps, scheduled, waits = step_times(step_log)
     first_step = first_example // args.batch_size + 1
     # The block holding the probe's first step was handed over at the first logged step at
-    # or after it; the step cannot have run before.
+    # or after it (a worker that prefetched ahead may have trained it a little earlier).
     handed = scheduled[np.minimum(np.searchsorted(steps, first_step), len(steps) - 1)]
     first_served = np.array([np.nan if t is None else t for t in served["first_served"]])
     # An ID seen once is never admitted (MinCount 2): no step trains its row.
