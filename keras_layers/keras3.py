@@ -1,23 +1,22 @@
-"""DynamicEmbedding and EarlyStopping for Keras 3 (`import keras`, TensorFlow backend): the table, IDs,
-namespaces, combiners, admission and eviction of tfps.keras_layers.DynamicEmbedding, trained
-on one host by Keras 3's `fit` or a custom loop through the Keras 3 optimizer's apply, and
-saved in `.keras` archives.
+"""DynamicEmbedding and EarlyStopping for Keras 3 (`import keras`, TensorFlow backend):
+the table, IDs, namespaces, combiners, admission and eviction of
+tfps.keras_layers.DynamicEmbedding, trained on one host by Keras 3's `fit` or a custom loop
+through the Keras 3 optimizer's apply, and saved in `.keras` archives.
 
 Keras 3 has no ParameterServerStrategy support, so this layer trains its tables in the
 process that runs the model (on its CPU, or its GPU where tfps was built with the GPU
-kernels); for tables on parameter servers use the tf_keras layer (TF_USE_LEGACY_KERAS=1)."""
+kernels); for tables on parameter servers use the tf_keras layer (TF_USE_LEGACY_KERAS=1).
+Importing this module installs tfps's Keras 3 patches (tfps.keras._patches)."""
 
 import keras
 import tensorflow as tf
 
-from tfps.keras import _keras3_bridge as keras3_bridge
-from tfps.keras import _keras3_patches as keras3_patches
-from tfps.keras._early_stopping import TableSnapshots
 from tfps.keras import _optimizer_bridge as optimizer_bridge
+from tfps.keras import _patches as patches
+from tfps.keras._early_stopping import TableSnapshots
 from tfps.keras_layers._table_lookup import TableLookup
 
-keras3_bridge.install()
-keras3_patches.install()
+patches.apply_keras3()
 
 
 def _check_backend():

@@ -17,14 +17,18 @@ def installed(patch):
 
 
 def test_every_patch_is_installed_with_its_marker():
-    for patch in patches.PATCHES:
+    pytest.importorskip("tfps.keras_layers.keras3")  # installs the Keras 3 patches
+    for patch in patches.PATCHES + patches.KERAS3_PATCHES:
         assert getattr(installed(patch), patches.MARKER, None) == patch.name, patch.name
 
 
 def test_applying_again_changes_nothing():
-    before = [installed(patch) for patch in patches.PATCHES]
+    pytest.importorskip("tfps.keras_layers.keras3")
+    every = patches.PATCHES + patches.KERAS3_PATCHES
+    before = [installed(patch) for patch in every]
     patches.apply()
-    assert [installed(patch) for patch in patches.PATCHES] == before
+    patches.apply_keras3()
+    assert [installed(patch) for patch in every] == before
 
 
 @pytest.mark.parametrize("owner, attribute, message", [
@@ -42,7 +46,7 @@ def test_a_missing_attribute_fails_by_name(owner, attribute, message):
 def test_the_docs_list_every_patch():
     with open(os.path.join(ROOT, "docs", "building.md")) as f:
         readme = " ".join(f.read().split())
-    for patch in patches.PATCHES:
+    for patch in patches.PATCHES + patches.KERAS3_PATCHES:
         assert f"`{patch.name}`" in readme, patch.name
 
 

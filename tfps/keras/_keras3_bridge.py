@@ -15,8 +15,9 @@ through Keras' own code. A step the loss-scale optimizer skips never reaches tha
 and a frozen layer's proxy has no gradient, so the table changes only in an optimizer step
 that includes it, once per step.
 
-`install()` patches Keras 3's BaseOptimizer.apply, LossScaleOptimizer.apply and the
-TensorFlow backend's `_backend_update_step`, once, when the Keras 3 layer is imported.
+tfps.keras._patches installs these on Keras 3's BaseOptimizer.apply,
+LossScaleOptimizer.apply and the TensorFlow backend's `_backend_update_step` when the Keras 3
+layer is imported.
 """
 
 import functools
@@ -67,7 +68,7 @@ def _positional(grads, variables):
     return out, keys
 
 
-def _bridged_apply(original):
+def bridged_apply(original):
     @functools.wraps(original)
     def apply(self, grads, trainable_variables=None):
         if _table_keys() is not None:  # an inner optimizer's apply: the sums are made
@@ -89,7 +90,7 @@ def _bridged_apply(original):
     return apply
 
 
-def _bridged_update_step(original):
+def bridged_update_step(original):
     @functools.wraps(original)
     def update_step(self, grads, trainable_variables, learning_rate):
         keys = _table_keys()
@@ -110,20 +111,3 @@ def _bridged_update_step(original):
             return original(self, other_grads, other_variables, learning_rate)
 
     return update_step
-
-
-_installed = False
-
-
-def install():
-    """Patches Keras 3's optimizers once (the TensorFlow backend's)."""
-    global _installed
-    if _installed:
-        return
-    from keras.src.backend.tensorflow.optimizer import TFOptimizer
-    from keras.src.optimizers.base_optimizer import BaseOptimizer
-    from keras.src.optimizers.loss_scale_optimizer import LossScaleOptimizer
-    BaseOptimizer.apply = _bridged_apply(BaseOptimizer.apply)
-    LossScaleOptimizer.apply = _bridged_apply(LossScaleOptimizer.apply)
-    TFOptimizer._backend_update_step = _bridged_update_step(TFOptimizer._backend_update_step)  # pylint: disable=protected-access
-    _installed = True

@@ -9,18 +9,16 @@ does for tf_keras.
   too: the SavedModel holds every row and loads where tfps is imported (for serving
   without tfps, tfps.export.save_for_serving writes the rows into stock variables).
 - A legacy HDF5 save (`model.save("m.h5")`) holds a layer's variables only: it is refused
-  before anything is written.
-- `get_weights` / `set_weights` trade in variables only: they warn.
+  before anything is written; `get_weights` / `set_weights` trade in variables only: they
+  warn (tfps.keras._saving's wrappers).
+
+tfps.keras._patches installs these when the Keras 3 layer is imported.
 """
 
 import functools
 
-from tfps.keras import _saving as keras_saving
 
-_installed = False
-
-
-def _tracking_tables(original):
+def tracking_tables(original):
     @functools.wraps(original)
     def track_layer(self, layer):
         original(self, layer)
@@ -32,29 +30,3 @@ def _tracking_tables(original):
             self._tf_trackable.tfps_tables = tracked + [t for t in tables if all(t is not s for s in tracked)]
 
     return track_layer
-
-
-def _refusing_hdf5(save):
-    @functools.wraps(save)
-    def save_checked(model, filepath, *args, **kwargs):
-        tables = keras_saving.tables_of(model)
-        if tables:
-            keras_saving.refuse_hdf5("a model saved", filepath, tables)
-        return save(model, filepath, *args, **kwargs)
-
-    return save_checked
-
-
-def install():
-    """Patches Keras 3 (its TensorFlow backend) once."""
-    global _installed
-    if _installed:
-        return
-    import keras
-    from keras.src.backend.tensorflow.export import TFExportArchive
-    from keras.src.legacy.saving import legacy_h5_format
-    TFExportArchive._backend_track_layer = _tracking_tables(TFExportArchive._backend_track_layer)  # pylint: disable=protected-access
-    legacy_h5_format.save_model_to_hdf5 = _refusing_hdf5(legacy_h5_format.save_model_to_hdf5)
-    keras.Model.get_weights = keras_saving.warning_dense_only(keras.Model.get_weights, "returns")
-    keras.Model.set_weights = keras_saving.warning_dense_only(keras.Model.set_weights, "sets")
-    _installed = True

@@ -1,10 +1,13 @@
-"""Everything importing tfps changes in TensorFlow and tf_keras, in one list.
+"""Everything importing tfps changes in TensorFlow and tf_keras, in one list, and what
+importing its Keras 3 layer changes in Keras 3, in a second.
 
 Each Patch replaces one attribute with a wrapper made from the original by a function of
 the module that owns the behaviour, and says why; docs/building.md's "What importing tfps
 changes" lists the same entries. `apply()` installs every patch once: each wrapper carries one
-marker (MARKER, the patch's name), so applying again changes nothing. An owner or
-attribute that this TensorFlow or tf_keras lacks fails the import with an ImportError that
+marker (MARKER, the patch's name), so applying again changes nothing. KERAS3_PATCHES are
+installed by `apply_keras3()` when tfps.keras_layers.keras3 is imported, so a process that
+never uses Keras 3 keeps it as it is. An owner or attribute that this TensorFlow, tf_keras
+or Keras lacks fails the import with an ImportError that
 names it, rather than a model that trains without its tables' updates. Besides the
 patches, two registrations go through TensorFlow's public hooks: the checkpoint saver of
 tables, and the conversion that refuses to densify a table's gradient.
@@ -19,12 +22,15 @@ import tensorflow as tf
 from tfps.keras import _accumulation as accumulation
 from tfps.table import checkpoint
 from tfps.keras import _exact_evaluation as exact_evaluation
+from tfps.keras import _keras3_bridge as keras3_bridge
+from tfps.keras import _keras3_patches as keras3_patches
 from tfps.keras import _saving as keras_saving
 from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.keras import _worker_cache_flush as worker_cache_flush
 
 MARKER = "__tfps_patch__"
-SUPPORTED = "TensorFlow 2.16 to 2.21 with the tf_keras of the same minor version"
+SUPPORTED = ("TensorFlow 2.16 to 2.21 with the tf_keras of the same minor version (and, for "
+             "tfps.keras_layers.keras3, Keras 3.15)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +82,26 @@ PATCHES = (
           "CheckpointManager's deletion of old checkpoints takes their table files too"),
 )
 
+KERAS3_PATCHES = (
+    Patch("keras.src.optimizers.base_optimizer.BaseOptimizer", "apply", keras3_bridge.bridged_apply,
+          "sends a Keras 3 DynamicEmbedding's gradient to its table inside the Keras 3 "
+          "optimizer's apply, as a stock Embedding's gradient over the step's distinct keys"),
+    Patch("keras.src.optimizers.loss_scale_optimizer.LossScaleOptimizer", "apply",
+          keras3_bridge.bridged_apply, "the same where a loss-scale optimizer's apply starts"),
+    Patch("keras.src.backend.tensorflow.optimizer.TFOptimizer", "_backend_update_step",
+          keras3_bridge.bridged_update_step,
+          "applies each key's sum to its table after unscaling, clipping and the finiteness check"),
+    Patch("keras.src.backend.tensorflow.export.TFExportArchive", "_backend_track_layer",
+          keras3_patches.tracking_tables, "model.export() keeps the tables' rows"),
+    Patch("keras.src.legacy.saving.legacy_h5_format", "save_model_to_hdf5",
+          functools.partial(keras_saving.refusing_hdf5, what="a model saved", always=True),
+          "an HDF5 model file cannot hold a table's rows: refuse before writing"),
+    Patch("keras.Model", "get_weights", functools.partial(keras_saving.warning_dense_only, what="returns"),
+          "warns that the tables' rows are not among the weights"),
+    Patch("keras.Model", "set_weights", functools.partial(keras_saving.warning_dense_only, what="sets"),
+          "the same for set_weights"),
+)
+
 
 def _resolve(path):
     """The module or class at an import path (a module, then attributes down from it)."""
@@ -93,9 +119,10 @@ def _resolve(path):
 
 def _missing(patch, what):
     import tf_keras
+    keras3 = f" / Keras {importlib.import_module('keras').__version__}" if patch.owner.startswith("keras.") else ""
     return ImportError(
         f"tfps: {what} {patch.name} is missing from TensorFlow {tf.__version__} / tf_keras "
-        f"{getattr(tf_keras, '__version__', '?')}; tfps replaces it so that it {patch.why}. "
+        f"{getattr(tf_keras, '__version__', '?')}{keras3}; tfps replaces it so that it {patch.why}. "
         f"tfps supports {SUPPORTED}.")
 
 
@@ -126,3 +153,9 @@ def apply():
         tf.register_tensor_conversion_function(tf.IndexedSlices, accumulation.refuse_densifying,
                                                priority=99)
         _registered.append(True)
+
+
+def apply_keras3():
+    """Installs the Keras 3 patches (idempotent); tfps.keras_layers.keras3 calls it."""
+    for patch in KERAS3_PATCHES:
+        apply_patch(patch)

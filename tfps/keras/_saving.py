@@ -40,14 +40,16 @@ def _writes_hdf5(filepath, save_format):
     return str(filepath).endswith((".h5", ".hdf5", ".keras"))
 
 
-def refusing_hdf5(save, what):
+def refusing_hdf5(save, what, always=False):
+    """Wraps a save(model, filepath, ...) that writes HDF5 when tf_keras' rule says so, or
+    `always` (Keras 3's legacy_h5_format)."""
     @functools.wraps(save)
     def save_checked(model, filepath, *args, **kwargs):
         save_format = kwargs.get("save_format")
-        if save_format is None:  # positional: save_model(.., overwrite, include_optimizer,
+        if save_format is None and not always:  # positional: save_model(.., overwrite, include_optimizer,
             position = 2 if save.__name__ == "save_model" else 1  # save_format); save_weights(.., overwrite, save_format)
             save_format = args[position] if len(args) > position else None
-        tables = tables_of(model) if _writes_hdf5(filepath, save_format) else []
+        tables = tables_of(model) if always or _writes_hdf5(filepath, save_format) else []
         if tables:
             refuse_hdf5(what, filepath, tables)
         return save(model, filepath, *args, **kwargs)
