@@ -65,13 +65,12 @@ def test_the_stock_callback_restores_dense_weights_only_which_this_one_mends():
 
 @pytest.mark.parametrize("run", [RUNS_ON, STOPS], ids=["runs_on", "stops"])
 def test_the_keras3_callback_restores_the_tables_of_the_best_epoch(run):
-    pytest.importorskip("keras", minversion="3")
     epochs_run, best = (5, 2) if run is RUNS_ON else (4, 1)
     check_restored(early_stopping_check.train(**run, restore_best_weights=True, keras3=True), epochs_run, best)
 
 
 def test_keras3s_stock_callback_restores_dense_weights_only_which_this_one_mends(monkeypatch):
-    keras3 = pytest.importorskip("keras", minversion="3")
+    import keras as keras3
     from tfps.keras_layers import keras3 as tfps_keras3
     monkeypatch.setattr(tfps_keras3, "EarlyStopping",
                         lambda snapshot_dir=None, **kw: keras3.callbacks.EarlyStopping(**kw))

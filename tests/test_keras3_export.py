@@ -8,16 +8,15 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 import tfps
 from tests.test_export import serve_without_tfps
 
-keras = pytest.importorskip("keras")
-if not keras.__version__.startswith("3."):
-    pytest.skip("Keras 3 is not installed", allow_module_level=True)
+import keras  # noqa: E402  (TensorFlow 2.16 and later, all tfps supports, depend on Keras 3)
 from tfps.keras_layers.keras3 import DynamicEmbedding  # noqa: E402
+
+assert keras.__version__.startswith("3."), keras.__version__
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

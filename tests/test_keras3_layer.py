@@ -15,10 +15,10 @@ import tfps
 from tests import test_sparse_updates as oracle
 from tests.test_sparse_updates_keras import BATCH, DIM, FIELDS, KERNEL, VOCAB, batches, start_rows
 
-keras = pytest.importorskip("keras")
-if not keras.__version__.startswith("3."):
-    pytest.skip("Keras 3 is not installed", allow_module_level=True)
+import keras  # noqa: E402  (TensorFlow 2.16 and later, all tfps supports, depend on Keras 3)
 from tfps.keras_layers.keras3 import DynamicEmbedding  # noqa: E402
+
+assert keras.__version__.startswith("3."), keras.__version__
 
 
 def head():
