@@ -42,6 +42,13 @@ def _checked_namespace(namespace):
                      f"or 'columns', got {namespace!r}")
 
 
+def table_layers(model):
+    """The DynamicEmbedding layers (tf_keras's or Keras 3's) of a model or layer, nested
+    models included, each once, in the model's order."""
+    layers = model._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
+    return [layer for layer in layers if isinstance(layer, TableLookup)]
+
+
 class TableLookup:
     """What a DynamicEmbedding layer does with its table, whichever Keras it belongs to.
 

@@ -25,10 +25,8 @@ class TableSnapshots:
         self._table_snapshots = []
 
     def _tables(self):
-        from tfps.keras_layers._table_lookup import TableLookup
-        layers = [layer for layer in self.model._flatten_layers(include_self=False, recursive=True)  # pylint: disable=protected-access
-                  if isinstance(layer, TableLookup)]
-        return [layer.table for layer in layers]
+        from tfps.keras_layers._table_lookup import table_layers
+        return [layer.table for layer in table_layers(self.model)]
 
     def _discard_snapshots(self):
         for snapshot in self._table_snapshots:

@@ -203,10 +203,9 @@ def _contents(model):
     """What a backup of `model` holds, in the model's order (names may differ between
     processes, order and shapes do not): {"tables": [[layer name, config without the name]],
     "variables": [[name, shape, dtype]]}, as JSON gives it back."""
-    from tfps.keras_layers import DynamicEmbedding
-    layers = model._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
+    from tfps.keras_layers._table_lookup import table_layers
     tables = [[layer.name, {k: v for k, v in layer.get_config().items() if k != "name"}]
-              for layer in layers if isinstance(layer, DynamicEmbedding)]
+              for layer in table_layers(model)]
     variables = [[v.name, [int(d) if d is not None else None for d in v.shape], v.dtype.name]
                  for v in model.variables if "table_proxy" not in v.name]
     return json.loads(json.dumps({"tables": tables, "variables": variables}, default=str, sort_keys=True))

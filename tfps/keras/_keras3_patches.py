@@ -22,9 +22,8 @@ def tracking_tables(original):
     @functools.wraps(original)
     def track_layer(self, layer):
         original(self, layer)
-        from tfps.keras_layers._table_lookup import TableLookup
-        tables = [sub.table for sub in layer._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
-                  if isinstance(sub, TableLookup)]
+        from tfps.keras_layers._table_lookup import table_layers
+        tables = [sub.table for sub in table_layers(layer)]
         if tables:
             tracked = list(getattr(self._tf_trackable, "tfps_tables", []))
             self._tf_trackable.tfps_tables = tracked + [t for t in tables if all(t is not s for s in tracked)]

@@ -16,9 +16,8 @@ import warnings
 def tables_of(model):
     """The names of the DynamicEmbedding layers (tf_keras's or Keras 3's) in a model, nested
     models included."""
-    from tfps.keras_layers._table_lookup import TableLookup
-    layers = model._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
-    return [layer.name for layer in layers if isinstance(layer, TableLookup)]
+    from tfps.keras_layers._table_lookup import table_layers
+    return [layer.name for layer in table_layers(model)]
 
 
 def refuse_hdf5(what, filepath, tables):
@@ -77,9 +76,8 @@ def with_table_lines(summary):
     @functools.wraps(summary)
     def summary_with_tables(self, *args, **kwargs):
         result = summary(self, *args, **kwargs)
-        from tfps.keras_layers import DynamicEmbedding
-        layers = [layer for layer in self._flatten_layers(include_self=False, recursive=True)  # pylint: disable=protected-access
-                  if isinstance(layer, DynamicEmbedding)]
+        from tfps.keras_layers._table_lookup import table_layers
+        layers = table_layers(self)
         if layers:
             print_fn = kwargs.get("print_fn") or (args[2] if len(args) > 2 else None) or print
             print_fn("Dynamic tables (rows live on the parameter servers, not in the counts above):")

@@ -12,9 +12,8 @@ _CALLBACKS_POSITION = 5  # of fit(x, y, batch_size, epochs, verbose, callbacks, 
 
 def cached_layers(model):
     """The model's DynamicEmbedding layers that have a worker cache."""
-    from tfps.keras_layers import DynamicEmbedding
-    return [layer for layer in model._flatten_layers(include_self=False, recursive=True)  # pylint: disable=protected-access
-            if isinstance(layer, DynamicEmbedding) and layer.worker_cache is not None]
+    from tfps.keras_layers._table_lookup import table_layers
+    return [layer for layer in table_layers(model) if layer.worker_cache is not None]
 
 
 class FlushWorkerCaches(keras.callbacks.Callback):

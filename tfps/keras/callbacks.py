@@ -60,16 +60,15 @@ class TableStats(keras.callbacks.Callback):
         super().set_model(model)
 
     def _statistics(self):
-        from tfps.keras_layers import DynamicEmbedding
+        from tfps.keras_layers._table_lookup import table_layers
         values = {}
-        for layer in self.model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
-            if isinstance(layer, DynamicEmbedding):
-                stats = layer.table.stats()
-                values[f"{layer.name}/rows"] = stats["rows"]
-                values[f"{layer.name}/memory_mib"] = stats["memory_bytes"] / (1 << 20)
-                if layer.admission or layer.eviction or layer.max_rows:
-                    for name in ("admitted", "pending", "rejected", "evicted"):
-                        values[f"{layer.name}/{name}"] = stats[name]
+        for layer in table_layers(self.model):
+            stats = layer.table.stats()
+            values[f"{layer.name}/rows"] = stats["rows"]
+            values[f"{layer.name}/memory_mib"] = stats["memory_bytes"] / (1 << 20)
+            if layer.admission or layer.eviction or layer.max_rows:
+                for name in ("admitted", "pending", "rejected", "evicted"):
+                    values[f"{layer.name}/{name}"] = stats[name]
         return values
 
     def _summarize(self, values):

@@ -54,13 +54,8 @@ def _merge_rows_into(variables_prefix, row_bundles, row_keys, scratch):
 
 def _dynamic_embeddings(model):
     """The DynamicEmbedding layers of a tf_keras or Keras 3 model."""
-    from tfps.keras_layers._table_lookup import TableLookup
-    modules = model.submodules if hasattr(model, "submodules") else model._flatten_layers()  # pylint: disable=protected-access
-    found = []
-    for module in (model,) + tuple(modules):
-        if isinstance(module, TableLookup) and all(module is not f for f in found):
-            found.append(module)
-    return found
+    from tfps.keras_layers._table_lookup import table_layers
+    return table_layers(model)
 
 
 def _type_spec(keras_input):
