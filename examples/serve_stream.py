@@ -11,16 +11,13 @@ holding only the rows changed since the one before. Beside it, examples/serve_ve
 which never imports tfps, loads the newest version as TensorFlow Serving would and
 requests predictions for --probes (field, ID) pairs whose IDs first appear during the run,
 recording when each is first served with a trained row. The stream is a function of the
-example's index (tfps.stream.DriftingStream), so this script finds the step that first
-trained each probe (at the latest the batch of its second example, under MinCount(2)
-admission; counted from the first), and leaves out IDs seen once, which are never
-admitted. The
-training job logs when each block of steps was handed to the workers and, every 100
-steps, by when it had run. A probe's latency runs from the handing over of its first
-step to the first served prediction that used its row. Each worker prefetches batches from
-the stream, so one that runs ahead of the other can train a batch a few blocks before the
-step count reaches it: a single probe may then read early (even negative under load),
-while the median and 95th percentile hold.
+example's index (tfps.stream.DriftingStream), so this script finds the batches holding each
+probe's first two occurrences; under MinCount(2) admission the row is created and first
+trained by whichever of them trains second. IDs seen once are never admitted and are left
+out. The training tasks record when they trained each batch (stream_ctr.py --trained_log,
+written by the worker that ran the step), and a probe's latency runs from that training
+step to the first served prediction that used its row. A probe served before either of
+its batches trained would mean a wrong clock or record: it is counted, and must be 0.
 Prints the median and 95th percentile, the probes never served, the versions, and the
 serving process's memory (its peak over what it held before loading a model) against that
 of a fresh process serving only the last version, which is whole.
@@ -69,12 +66,29 @@ def choose_probes(stream, num_examples, count, seed=0):
     return rng.integers(0, stream.fields, count).astype(np.int64), ids
 
 
-def step_times(step_log):
-    """(steps, the times they were handed to the workers) from stream_ctr.py's --step_log."""
-    with open(step_log) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    return (np.array([r["step"] for r in records], np.int64), np.array([r["scheduled"] for r in records]),
-            sum("done" in r for r in records))
+def batch_training_times(trained_log, batch_size):
+    """(first example of each trained batch, sorted; when it trained) from stream_ctr.py's
+    --trained_log. A batch trained twice (a restarted task) counts from its first time."""
+    firsts, times = np.loadtxt(trained_log, dtype=np.float64, ndmin=2).T
+    firsts = firsts.astype(np.int64)
+    if np.any(firsts % batch_size):
+        raise SystemExit(f"serve_stream: {trained_log} holds batches that do not start at a multiple of "
+                         f"{batch_size}")
+    order = np.lexsort((times, firsts))
+    firsts, times = firsts[order], times[order]
+    first_time = np.concatenate([[True], firsts[1:] != firsts[:-1]])
+    return firsts[first_time], times[first_time]
+
+
+def trained_at(examples, firsts, times, batch_size):
+    """When the batch holding each example index trained: NaN for -1 (no such occurrence)
+    and for a batch no step trained (a worker had prefetched it when training ended)."""
+    at = np.full(examples.shape, np.nan)
+    batch_first = examples // batch_size * batch_size
+    position = np.minimum(np.searchsorted(firsts, batch_first), len(firsts) - 1)
+    trained = (examples >= 0) & (firsts[position] == batch_first)
+    at[trained] = times[position[trained]]
+    return at
 
 
 def main():
@@ -94,7 +108,7 @@ def main():
     args = parser.parse_args()
     out_dir = args.out_dir or tempfile.mkdtemp(prefix="tfps-serve-stream-")
     os.makedirs(out_dir, exist_ok=True)
-    base_dir, step_log = os.path.join(out_dir, "serving"), os.path.join(out_dir, "steps.jsonl")
+    base_dir, trained_log = os.path.join(out_dir, "serving"), os.path.join(out_dir, "trained_batches.txt")
     probes_path, served_path = os.path.join(out_dir, "probes.npz"), os.path.join(out_dir, "served.json")
 
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -119,7 +133,7 @@ def main():
          "--examples", str(examples), "--chunk", str(args.chunk), "--batch_size", str(args.batch_size),
          "--serving_dir", base_dir, "--export_every_seconds", str(args.export_every_seconds),
          "--max_change_layers", str(args.max_change_layers), "--max_layered_rows", str(args.max_layered_rows),
-         "--whole_at_end", "--step_log", step_log,
+         "--whole_at_end", "--trained_log", trained_log,
          "--out_dir", os.path.join(out_dir, "train")], env=train_env, cwd=out_dir)
     trained_seconds = time.time() - began
     server.send_signal(signal.SIGUSR1)  # serve the newest version, then stop
@@ -136,16 +150,18 @@ def main():
     with open(reference_path) as f:
         reference = json.load(f)
     occurrences = first_occurrences(stream, probe_fields, probe_ids, examples)
-    first_example = occurrences[:, 0]
-    steps, scheduled, waits = step_times(step_log)
-    first_step = first_example // args.batch_size + 1
-    # The block holding the probe's first step was handed over at the first logged step at
-    # or after it (a worker that prefetched ahead may have trained it a little earlier).
-    handed = scheduled[np.minimum(np.searchsorted(steps, first_step), len(steps) - 1)]
+    firsts, times = batch_training_times(trained_log, args.batch_size)
+    occurrence_trained = trained_at(occurrences, firsts, times, args.batch_size)
     first_served = np.array([np.nan if t is None else t for t in served["first_served"]])
     # An ID seen once is never admitted (MinCount 2): no step trains its row.
     seen = occurrences[:, 1] >= 0
-    latency = (first_served - handed)[seen & ~np.isnan(first_served)]
+    # Each worker prefetches from the shared stream, so when training ends a few batches
+    # near the end have not trained; a probe whose first two occurrences did not both
+    # train is left out of the latency.
+    untrained = seen & np.isnan(occurrence_trained).any(axis=1)
+    admitted = np.max(occurrence_trained, axis=1)
+    latency = (first_served - admitted)[seen & ~untrained & ~np.isnan(first_served)]
+    served_untrained = int(np.sum(first_served < np.fmin(occurrence_trained[:, 0], occurrence_trained[:, 1])))
     versions = sorted(int(v) for v in os.listdir(base_dir) if v.isdigit())
     last = os.path.join(base_dir, str(versions[-1]), "variables")
     last_bytes = sum(os.path.getsize(os.path.join(last, f)) for f in os.listdir(last))
@@ -154,13 +170,14 @@ def main():
     summary = {
         "examples": int(examples), "train_seconds": round(trained_seconds, 1), "versions": len(versions),
         "versions_loaded": len(served["versions"]), "requests": served["requests"],
-        "probes": int(seen.sum()), "probes_never_served": int((seen & np.isnan(first_served)).sum()),
+        "probes": int(seen.sum()), "probes_never_served": int((seen & ~untrained & np.isnan(first_served)).sum()),
+        "probes_untrained_at_end": int(untrained.sum()),
         "probes_seen_once": int((~seen).sum()),
         "latency_median_s": round(float(np.median(latency)), 1) if len(latency) else None,
         "latency_p95_s": round(float(np.percentile(latency, 95)), 1) if len(latency) else None,
         "latency_min_s": round(float(np.min(latency)), 1) if len(latency) else None,
         "latency_max_s": round(float(np.max(latency)), 1) if len(latency) else None,
-        "step_waits": waits, "last_version_mib": round(last_bytes / (1 << 20), 1),
+        "probes_served_before_training": served_untrained, "last_version_mib": round(last_bytes / (1 << 20), 1),
         "serving_mib": round(model_mib, 1), "serving_one_whole_version_mib": round(whole_mib, 1),
         "serving_memory_over_one_whole_version": round(model_mib / whole_mib, 2),
         "load_seconds_median": round(float(np.median([v["load_seconds"] for v in served["versions"]])), 2),

@@ -41,6 +41,8 @@ import tf_keras as keras  # noqa: E402
 
 import tfps  # noqa: E402
 
+EXAMPLE_INDEX = "example_index"  # with --trained_log, a feature the training step takes out
+
 
 def build_model(strategy, stream, args):
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
@@ -55,7 +57,10 @@ def build_model(strategy, stream, args):
             name="ids_table",
             admission=admission, eviction=eviction, max_rows=args.max_rows or None)(ids, namespace="columns")
         x = keras.layers.Dense(64, activation="relu")(keras.layers.Flatten()(embedded))
-        model = keras.Model(ids, keras.layers.Dense(1, activation="sigmoid")(x))
+        model = (RecordsTrainedBatches if args.trained_log else keras.Model)(
+            ids, keras.layers.Dense(1, activation="sigmoid")(x))
+        if args.trained_log:
+            model.trained_log = os.path.abspath(args.trained_log)
         model.compile(optimizer=keras.optimizers.legacy.Adam(1e-3), loss="binary_crossentropy",
                       metrics=[tfps.metrics.AUC(name="auc")], steps_per_execution=10,
                       pss_evaluation_shards=strategy._num_workers if clustered else 0)  # pylint: disable=protected-access
@@ -101,34 +106,25 @@ def backup_callbacks(args, model, chunk_batches):
     return backup, callbacks
 
 
-class StepLog(keras.callbacks.Callback):
-    """Appends a JSON line per block of steps to a file: {"step", "scheduled"}, the wall
-    time fit handed the block ending at that step (counted from the stream's start) to the
-    workers, which cannot run it earlier, and every `every` steps also "done", a time by
-    which it had run (fit waits for it there)."""
+class RecordsTrainedBatches(keras.Model):
+    """A model whose every training step appends a line "first example's index, time" for
+    its batch to `trained_log`, written by the task that ran the step (a worker under
+    tfps-launch) once the step's updates are issued. The coordinator's step count cannot say
+    when a batch trained: each worker prefetches from the shared stream, so one may train a
+    batch well before or after the count reaches it."""
 
-    def __init__(self, path, every, chunk_batches, first_chunk, first_step):
-        super().__init__()
-        self.path, self.every, self.chunk_batches = path, every, chunk_batches
-        self.first_chunk, self.first_step = first_chunk, first_step
-        self._waited, self._epoch = first_chunk * chunk_batches + first_step, first_chunk
-        self._supports_tf_logs = True
+    trained_log = None
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        record = {"scheduled": time.time()}
-        # `batch` counts the epoch's steps from 0, and a resumed chunk's from its first step.
-        skipped = self.first_step if self._epoch == self.first_chunk else 0
-        record["step"] = self._epoch * self.chunk_batches + skipped + batch + 1
-        if record["step"] - self._waited >= self.every:
-            if hasattr(logs, "fetch"):  # a RemoteValue: the block's logs once it has run
-                logs.fetch()
-            record["done"] = time.time()
-            self._waited = record["step"]
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+    def train_step(self, data):
+        features, labels = data
+        features = dict(features)
+        indices = features.pop(EXAMPLE_INDEX)
+        logs = super().train_step((features, labels))
+        with tf.control_dependencies(tf.nest.flatten(logs)):
+            line = tf.strings.join([tf.strings.as_string(indices[0]),
+                                    tf.strings.as_string(tf.timestamp(), precision=3)], " ")
+            tf.print(line, output_stream="file://" + self.trained_log)
+        return logs
 
 
 class ChunkLog(keras.callbacks.Callback):
@@ -223,8 +219,8 @@ def parse_arguments(argv=None):
     parser.add_argument("--max_layered_rows", type=float, default=1.25)
     parser.add_argument("--keep_versions", type=int, default=None, help="delete older versions")
     parser.add_argument("--whole_at_end", action="store_true", help="the last version is whole")
-    parser.add_argument("--step_log", default=None,
-                        help="for examples/serve_stream.py: log when each block of steps had run")
+    parser.add_argument("--trained_log", default=None,
+                        help="for examples/serve_stream.py: every task appends when it trained each batch")
     return parser.parse_args(argv)
 
 
@@ -262,12 +258,11 @@ def main():
             args.serving_dir, every_seconds=args.export_every_seconds, max_change_layers=args.max_change_layers,
             max_layered_rows=args.max_layered_rows,
             keep_versions=args.keep_versions, whole_at_end=args.whole_at_end))
-    if args.step_log:
-        callbacks.append(StepLog(args.step_log, 100, chunk_batches, first_chunk, first_step))
     with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
         def train_data(_=None):
             return stream.dataset(first_chunk * chunk_examples + first_step * args.batch_size,
-                                  args.batch_size, data_service=service)
+                                  args.batch_size, data_service=service,
+                                  index_feature=EXAMPLE_INDEX if args.trained_log else None)
 
         if first_chunk < chunks:
             model.fit(keras.utils.experimental.DatasetCreator(train_data) if clustered else train_data(),

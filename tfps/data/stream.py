@@ -65,14 +65,18 @@ class DriftingStream:
         labels = tf.cast(self._uniform(3, indices[:, None], 0)[:, 0] < probability, tf.float32)
         return {"ids": ids}, labels, tf.cast(probability, tf.float32)
 
-    def dataset(self, first_example, batch_size, num_batches=None, data_service=None):
+    def dataset(self, first_example, batch_size, num_batches=None, data_service=None, index_feature=None):
         """Batches of (features, labels) from example `first_example` on (`num_batches` of
         them, or forever). With a tf.data service address, each batch goes to exactly one
-        of the consumers (distributed_epoch), as workers under ParameterServerStrategy want."""
+        of the consumers (distributed_epoch), as workers under ParameterServerStrategy want.
+        With `index_feature`, the features also hold each example's index under that name."""
         batches = tf.data.Dataset.range(num_batches) if num_batches is not None else tf.data.Dataset.range(1 << 62)
 
         def batch(b):
-            features, labels, _ = self.examples(first_example + b * batch_size + tf.range(batch_size, dtype=tf.int64))
+            indices = first_example + b * batch_size + tf.range(batch_size, dtype=tf.int64)
+            features, labels, _ = self.examples(indices)
+            if index_feature is not None:
+                features[index_feature] = indices
             return features, labels
 
         dataset = batches.map(batch, num_parallel_calls=tf.data.AUTOTUNE)
