@@ -67,12 +67,77 @@ def tensorflow_flags():
     return compile_flags, tf.sysconfig.get_link_flags()
 
 
-def compile_in_parallel(commands, cwd=None):
-    """Runs compile commands, as many at once as there are cores; CalledProcessError (naming
-    the command) if one fails."""
+def compile_in_parallel(commands, cwd=None, cache_dir=None):
+    """Runs compile commands (`... -c SOURCE -o OBJECT ...`), as many at once as there are
+    cores; CalledProcessError (naming the command) if one fails. With `cache_dir`, an
+    object whose compiler, command (less its output path) and preprocessed source match
+    one compiled before is copied from there instead of compiled again."""
     import concurrent.futures
     import os
     import subprocess
 
+    compile_one = (lambda command: subprocess.run(command, cwd=cwd, check=True)) if cache_dir is None else (
+        lambda command: _compile_through_cache(command, cwd, cache_dir))
     with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        list(pool.map(lambda command: subprocess.run(command, cwd=cwd, check=True), commands))
+        list(pool.map(compile_one, commands))
+    if cache_dir is not None:
+        _prune_cache(cache_dir)
+
+
+def object_cache_dir():
+    """Where the pip build keeps compiled objects between builds: $TFPS_OBJECT_CACHE
+    (empty: keep none), by default ~/.cache/tfps/objects."""
+    import os
+
+    path = os.environ.get("TFPS_OBJECT_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "tfps", "objects"))
+    return path or None
+
+
+OBJECT_CACHE_ENTRIES = 400  # the least recently used go beyond this (a build has 29)
+
+
+def _compile_through_cache(command, cwd, cache_dir):
+    """Preprocessing sees every header and macro the object depends on, so its text with the
+    compiler's identity and the command (which names the source; built from a relative
+    path, __FILE__ is the same in every copy of the tree) keys the object."""
+    import hashlib
+    import os
+    import shutil
+    import subprocess
+
+    output_at = command.index("-o")
+    output = os.path.join(cwd or "", command[output_at + 1])
+    keyed = command[:output_at] + command[output_at + 2:]
+    preprocess = ["-E" if arg == "-c" else arg for arg in keyed]
+    preprocessed = subprocess.run(preprocess, cwd=cwd, capture_output=True)
+    if preprocessed.returncode != 0:  # the compiler itself shows why (a missing header)
+        subprocess.run(command, cwd=cwd, check=True)
+        return
+    digest = hashlib.sha256()
+    for part in (subprocess.run([command[0], "--version"], capture_output=True, check=True).stdout,
+                 "\0".join(keyed).encode(), preprocessed.stdout):
+        digest.update(hashlib.sha256(part).digest())
+    cached = os.path.join(cache_dir, digest.hexdigest() + ".o")
+    if os.path.exists(cached):
+        shutil.copyfile(cached, output)
+        os.utime(cached)
+        return
+    subprocess.run(command, cwd=cwd, check=True)
+    os.makedirs(cache_dir, exist_ok=True)
+    partial = f"{cached}.{os.getpid()}.partial"
+    shutil.copyfile(output, partial)
+    os.replace(partial, cached)  # whole or absent, for builds running side by side
+
+
+def _prune_cache(cache_dir):
+    import os
+
+    if not os.path.isdir(cache_dir):
+        return
+    entries = [os.path.join(cache_dir, name) for name in os.listdir(cache_dir) if name.endswith(".o")]
+    entries.sort(key=lambda path: os.stat(path).st_mtime, reverse=True)
+    for path in entries[OBJECT_CACHE_ENTRIES:]:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass  # another build pruned it

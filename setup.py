@@ -13,7 +13,8 @@ import build_config  # noqa: E402  (lives beside this file)
 
 
 class BuildTfOpLibrary(build_ext):
-    """Compiles every source in parallel with the TF flags and links one shared library."""
+    """Compiles every source in parallel with the TF flags (through the object cache) and
+    links one shared library."""
 
     def build_extension(self, ext):
         compile_flags, link_flags = build_config.tensorflow_flags()
@@ -21,10 +22,12 @@ class BuildTfOpLibrary(build_ext):
         objects_dir = os.path.join(self.build_temp, "tfps_objects")
         os.makedirs(objects_dir, exist_ok=True)
 
-        objects = [os.path.join(objects_dir, source.replace("/", "_") + ".o") for source in ext.sources]
+        objects = [os.path.abspath(os.path.join(objects_dir, source.replace("/", "_") + ".o"))
+                   for source in ext.sources]
+        # Sources by their path in the tree, so an sdist's build reuses a checkout's objects.
         build_config.compile_in_parallel(
-            [[cxx, "-c", os.path.join(HERE, source), "-o", obj, "-I", HERE] + build_config.CXXFLAGS + compile_flags
-             for source, obj in zip(ext.sources, objects)])
+            [[cxx, "-c", source, "-o", obj, "-I", "."] + build_config.CXXFLAGS + compile_flags
+             for source, obj in zip(ext.sources, objects)], cwd=HERE, cache_dir=build_config.object_cache_dir())
         output = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(output), exist_ok=True)
         subprocess.run([cxx, "-shared", "-o", output] + objects + link_flags + ["-pthread"],

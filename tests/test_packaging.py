@@ -2,7 +2,9 @@
 that sdist (what `pip install tfps-*.tar.gz` does: so the sdist alone carries every source
 and build file), installed with plain pip into a virtual environment of its own (no
 packages of this machine's Python), imported from outside the checkout, and its
-tfps-launch entry point run."""
+tfps-launch entry point run. The wheel's objects may come from the object cache the
+checkout's build filled (build_config.compile_in_parallel): a hit needs the same compiler,
+command and preprocessed text, so the sdist must still carry every source and header."""
 
 import os
 import subprocess
