@@ -51,8 +51,11 @@ export TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1 TFPS_REQUIRE_TOOLS=1
 first_lane_status=0
 python3 -m pytest -q --durations=25 tests "${SECOND_LANE[@]/#/--ignore=}" "$@" || first_lane_status=$?
 stage_done "first lane tests under TensorFlow 2.21 (exit $first_lane_status)"
+first_lane_done=$(( $(date +%s) - TFPS_TEST_START ))
 second_lane_status=0
 wait "$lane_pid" || second_lane_status=$?
 show_second_lane
+# Again after the second lane's output, where a log's tail shows it.
+echo "scripts/test.sh: the first lane (exit $first_lane_status) finished at ${first_lane_done}s" >&2
 stage_done "both lanes"
 [[ $first_lane_status -eq 0 && $second_lane_status -eq 0 ]]
