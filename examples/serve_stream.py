@@ -13,8 +13,9 @@ requests predictions for --probes (field, ID) pairs whose IDs first appear durin
 recording when each is first served with a trained row. The stream is a function of the
 example's index (tfps.stream.DriftingStream), so this script finds the batches holding each
 probe's first two occurrences; under MinCount(2) admission the row is created and first
-trained by whichever of them trains second. IDs seen once are never admitted and are left
-out. The training tasks record when they trained each batch (stream_ctr.py --trained_log,
+trained by whichever of them trains second (or, should the admission sketch over-count,
+by the first: a probe served between the two counts from the first). IDs seen once are
+never admitted and are left out. The training tasks record when they trained each batch (stream_ctr.py --trained_log,
 written by the worker that ran the step), and a probe's latency runs from that training
 step to the first served prediction that used its row. A probe served before either of
 its batches trained would mean a wrong clock or record: it is counted, and must be 0.
@@ -159,9 +160,11 @@ def main():
     # near the end have not trained; a probe whose first two occurrences did not both
     # train is left out of the latency.
     untrained = seen & np.isnan(occurrence_trained).any(axis=1)
-    admitted = np.max(occurrence_trained, axis=1)
+    earlier = np.fmin(occurrence_trained[:, 0], occurrence_trained[:, 1])
+    later = np.fmax(occurrence_trained[:, 0], occurrence_trained[:, 1])
+    admitted = np.where(first_served >= later, later, earlier)
     latency = (first_served - admitted)[seen & ~untrained & ~np.isnan(first_served)]
-    served_untrained = int(np.sum(first_served < np.fmin(occurrence_trained[:, 0], occurrence_trained[:, 1])))
+    served_untrained = int(np.sum(first_served < earlier))
     versions = sorted(int(v) for v in os.listdir(base_dir) if v.isdigit())
     last = os.path.join(base_dir, str(versions[-1]), "variables")
     last_bytes = sum(os.path.getsize(os.path.join(last, f)) for f in os.listdir(last))
