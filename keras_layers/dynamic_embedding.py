@@ -38,7 +38,9 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
       dim: embedding width.
       combiner: None, "sum", "mean" or "sqrtn".
       initializer: tfps.initializers instance or name (default uniform(-0.05, 0.05)).
-      optimizer: tfps.optimizers instance or name, applied on the parameter servers.
+      optimizer: tfps.optimizers instance or name, applied on the parameter servers; the
+        table's own, not model.compile's ("adagrad", the default, is Adagrad() at
+        learning rate 0.001: give one sized for the model).
       key_dtype: the IDs the layer takes. An integer dtype (int32, int64 or uint64; the
         default): integer IDs, and string IDs too, keyed by their fingerprints, so one table
         can serve a string feature and integer ones in other namespaces. "7" and 7 are then
