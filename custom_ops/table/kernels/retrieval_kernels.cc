@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "custom_ops/table/kernels/row_file.h"
 #include "custom_ops/table/kernels/table_resource.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/op_requires.h"
@@ -52,7 +53,7 @@ class NpyArrayWriter {
  public:
   NpyArrayWriter(Env* env, std::string path, const char* descr, int64_t dim, size_t item_bytes)
       : env_(env), path_(std::move(path)), descr_(descr), dim_(dim), item_bytes_(item_bytes),
-        raw_path_(absl::StrCat(path_, ".raw.tmp-", env->NowMicros())) {}
+        raw_path_(TempPathOf(env, path_ + ".raw")) {}
 
   ~NpyArrayWriter() {
     raw_.reset();
@@ -72,7 +73,7 @@ class NpyArrayWriter {
   absl::Status Finish() {
     TF_RETURN_IF_ERROR(raw_->Close());
     raw_.reset();
-    const std::string temp = absl::StrCat(path_, ".tmp-", env_->NowMicros());
+    const std::string temp = TempPathOf(env_, path_);
     std::unique_ptr<::tensorflow::WritableFile> out;
     TF_RETURN_IF_ERROR(env_->NewWritableFile(temp, &out));
     absl::Status status = out->Append(NpyHeader(descr_, rows(), dim_));

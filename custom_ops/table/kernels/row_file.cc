@@ -49,11 +49,11 @@ void EncodeHeader(const RowFileHeader& h, char* out) {
   Put(out + 60, Crc32c(0, out, 60));
 }
 
+}  // namespace
+
 std::string TempPathOf(::tensorflow::Env* env, const std::string& path) {
   return absl::StrCat(path, ".tmp-", env->NowMicros());
 }
-
-}  // namespace
 
 // Metadata columns per row: version 1 had no score column.
 uint64_t MetadataColumns(const RowFileHeader& h) { return h.version == 1 ? kScore : kNumMetadata; }

@@ -53,6 +53,9 @@ struct RowFileHeader {
 // form one chain and saves elsewhere never disturb it.
 std::string ChainOf(const std::string& chain, const std::string& path);
 
+// Where a file bound for `path` is written first, to be renamed into place once whole.
+std::string TempPathOf(::tensorflow::Env* env, const std::string& path);
+
 // Bytes of one row in a chunk record: key and metadata, value and slots.
 uint64_t RowBytes(const RowFileHeader& header);
 
