@@ -19,7 +19,7 @@ TF_CPP_MIN_LOG_LEVEL=2 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest -q -p 
   tests/test_export.py tests/test_keras_saving.py tests/test_metrics.py tests/test_metrics_pss.py \
   tests/test_admission_eviction.py tests/test_dynamic_embedding_pss.py \
   tests/test_patches.py tests/test_configurable.py tests/test_worker_cache.py tests/test_retrieval_export.py \
-  tests/test_serving_changes.py tests/test_keras3_layer.py tests/test_keras3_export.py tests/test_keras3_refused.py \
+  tests/test_serving_changes.py tests/test_keras3_export.py tests/test_keras3_refused.py \
   --deselect "tests/test_dynamic_embedding_pss.py::test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows[legacy-adagrad-1]" \
   --deselect "tests/test_dynamic_embedding_pss.py::test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows[sgd-1]" \
   --deselect "tests/test_dynamic_embedding_pss.py::test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows[sgd-10]" \
