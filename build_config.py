@@ -76,8 +76,13 @@ def compile_in_parallel(commands, cwd=None, cache_dir=None):
     import os
     import subprocess
 
-    compile_one = (lambda command: subprocess.run(command, cwd=cwd, check=True)) if cache_dir is None else (
-        lambda command: _compile_through_cache(command, cwd, cache_dir))
+    if cache_dir is None:
+        compile_one = lambda command: subprocess.run(command, cwd=cwd, check=True)  # noqa: E731
+    else:
+        compilers = {c[0]: subprocess.run([c[0], "--version"], capture_output=True, check=True).stdout
+                     for c in commands}
+        compile_one = lambda command: _compile_through_cache(  # noqa: E731
+            command, cwd, cache_dir, compilers[command[0]])
     with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
         list(pool.map(compile_one, commands))
     if cache_dir is not None:
@@ -96,7 +101,7 @@ def object_cache_dir():
 OBJECT_CACHE_ENTRIES = 400  # the least recently used go beyond this (a build has 29)
 
 
-def _compile_through_cache(command, cwd, cache_dir):
+def _compile_through_cache(command, cwd, cache_dir, compiler_version):
     """Preprocessing sees every header and macro the object depends on, so its text with the
     compiler's identity and the command (which names the source; built from a relative
     path, __FILE__ is the same in every copy of the tree) keys the object."""
@@ -114,8 +119,7 @@ def _compile_through_cache(command, cwd, cache_dir):
         subprocess.run(command, cwd=cwd, check=True)
         return
     digest = hashlib.sha256()
-    for part in (subprocess.run([command[0], "--version"], capture_output=True, check=True).stdout,
-                 "\0".join(keyed).encode(), preprocessed.stdout):
+    for part in (compiler_version, "\0".join(keyed).encode(), preprocessed.stdout):
         digest.update(hashlib.sha256(part).digest())
     cached = os.path.join(cache_dir, digest.hexdigest() + ".o")
     if os.path.exists(cached):

@@ -15,9 +15,9 @@ example's index (tfps.stream.DriftingStream), so this script finds the batches h
 probe's first two occurrences; under MinCount(2) admission the row is created and first
 trained by whichever of them trains second (or, should the admission sketch over-count,
 by the first: a probe served between the two counts from the first). IDs seen once are
-never admitted and are left out. The training tasks record when they trained each batch (stream_ctr.py --trained_log,
-written by the worker that ran the step), and a probe's latency runs from that training
-step to the first served prediction that used its row. A probe served before either of
+never admitted and are left out. The training tasks record when they trained each batch
+(stream_ctr.py --trained_log, written by the worker that ran the step), and a probe's
+latency runs from that training step to the first served prediction that used its row. A probe served before either of
 its batches trained would mean a wrong clock or record: it is counted, and must be 0.
 Prints the median and 95th percentile, the probes never served, the versions, and the
 serving process's memory (its peak over what it held before loading a model) against that
