@@ -71,18 +71,21 @@ def compile_in_parallel(commands, cwd=None, cache_dir=None):
     """Runs compile commands (`... -c SOURCE -o OBJECT ...`), as many at once as there are
     cores; CalledProcessError (naming the command) if one fails. With `cache_dir`, an
     object whose compiler, command (less its output path) and preprocessed source match
-    one compiled before is copied from there instead of compiled again."""
+    one compiled before is copied from there instead of compiled again (not nvcc's)."""
     import concurrent.futures
     import os
     import subprocess
 
-    if cache_dir is None:
-        compile_one = lambda command: subprocess.run(command, cwd=cwd, check=True)  # noqa: E731
-    else:
+    compilers = {}  # the version of each compiler whose objects are cached
+    if cache_dir is not None:
         compilers = {c[0]: subprocess.run([c[0], "--version"], capture_output=True, check=True).stdout
-                     for c in commands}
-        compile_one = lambda command: _compile_through_cache(  # noqa: E731
-            command, cwd, cache_dir, compilers[command[0]])
+                     for c in commands if _preprocessing_keys_objects(c[0])}
+
+    def compile_one(command):
+        if command[0] in compilers:
+            _compile_through_cache(command, cwd, cache_dir, compilers[command[0]])
+        else:
+            subprocess.run(command, cwd=cwd, check=True)
     with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
         list(pool.map(compile_one, commands))
     if cache_dir is not None:
@@ -96,6 +99,14 @@ def object_cache_dir():
 
     path = os.environ.get("TFPS_OBJECT_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "tfps", "objects"))
     return path or None
+
+
+def _preprocessing_keys_objects(compiler):
+    """nvcc's -E is the host's pass alone: device code under __CUDA_ARCH__ would not be in
+    the key, so its objects are never cached."""
+    import os
+
+    return not os.path.basename(compiler).startswith("nvcc")
 
 
 OBJECT_CACHE_ENTRIES = 400  # the least recently used go beyond this (a build has 29)

@@ -242,12 +242,15 @@ def run_round(kind, job, index, rng, work, data_dir):
     result["seconds"] = round(time.monotonic() - start, 1)
     result["rc"] = launcher.returncode
     result["finished"] = job.finished in (stdout or "")
+    # A lost task's errors stay in the chief's log: the terminal shows none of them.
+    result["traceback_shown"] = "Traceback" in (stdout or "")
     result["left_behind"] = sorted(processes_gone(launch_id))
     result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(job, report)
     result["steps_lost"] = steps_lost(job, report)
     if job.name == "stream_ctr":
         result["versions"], result["versions_serving"] = versions_serving(os.path.join(out, "serving"))
-    result["ok"] = (result["rc"] == 0 and result["finished"] and not result["left_behind"]
+    result["ok"] = (result["rc"] == 0 and result["finished"] and not result["traceback_shown"]
+                    and not result["left_behind"]
                     and result["rows_differing"] == 0 and "error" not in result
                     and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])
                     and (result["restores"] > 0) == (kind != "worker")

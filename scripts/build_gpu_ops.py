@@ -66,14 +66,16 @@ def toolkit_dirs(nvcc):
 
 def compile_all(jobs):
     try:
-        build_config.compile_in_parallel(jobs, cwd=ROOT)
+        build_config.compile_in_parallel(jobs, cwd=ROOT, cache_dir=build_config.object_cache_dir())
     except subprocess.CalledProcessError as e:
         sys.exit(f"build_gpu_ops: compiling failed: {' '.join(e.cmd)}")
 
 
 def build(mode, out, work):
     compile_flags, link_flags = build_config.tensorflow_flags()
-    cxx = [os.environ.get("CXX", "g++"), *build_config.CXXFLAGS, *compile_flags, "-I", ROOT]
+    # Sources and includes relative to ROOT (the jobs' directory): the object cache then
+    # finds this tree's objects in every copy of it.
+    cxx = [os.environ.get("CXX", "g++"), *build_config.CXXFLAGS, *compile_flags, "-I", "."]
     os.makedirs(work, exist_ok=True)
     objects, jobs = [], []
 
@@ -95,7 +97,7 @@ def build(mode, out, work):
             jobs.append([*cxx, *cuda_include, "-c", source, "-o", obj(source)])
         for source in build_config.CUDA_SOURCES:
             # --fmad=false: the GPU and CPU tables must round identically.
-            jobs.append([nvcc, "-std=c++17", "-O3", "--fmad=false", *GENCODE[major], "-x", "cu", "-I", ROOT,
+            jobs.append([nvcc, "-std=c++17", "-O3", "--fmad=false", *GENCODE[major], "-x", "cu", "-I", ".",
                          "-Xcompiler", "-fPIC,-ffp-contract=off", "-c", source, "-o", obj(source)])
         extra_link = [os.path.join(libdir, "libcudart_static.a"), "-ldl", "-lrt"]
     compile_all(jobs)

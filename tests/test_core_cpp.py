@@ -15,10 +15,12 @@ FLAGS = {"debug": ["-std=c++17", "-O2", "-g", "-pthread"],
 
 
 def compile_objects(cxx, flags, sources, directory):
-    """Object files of sources, compiled into directory at once."""
+    """Object files of sources (relative to ROOT), compiled into directory at once, through
+    the pip build's object cache."""
     objects = [os.path.join(directory, source.replace("/", "_") + ".o") for source in sources]
-    build_config.compile_in_parallel([[cxx, *flags, "-I", ROOT, "-c", os.path.join(ROOT, source), "-o", obj]
-                                      for source, obj in zip(sources, objects)])
+    build_config.compile_in_parallel([[cxx, *flags, "-I", ".", "-c", source, "-o", obj]
+                                      for source, obj in zip(sources, objects)],
+                                     cwd=ROOT, cache_dir=build_config.object_cache_dir())
     return objects
 
 

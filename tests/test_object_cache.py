@@ -96,3 +96,16 @@ def test_the_cache_directory_follows_the_environment(monkeypatch):
     assert build_config.object_cache_dir() is None
     monkeypatch.delenv("TFPS_OBJECT_CACHE")
     assert build_config.object_cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "tfps", "objects")
+
+
+def test_nvcc_compiles_every_time(tmp_path, counting_compiler):
+    """nvcc's -E leaves out device code under __CUDA_ARCH__, which the key would miss."""
+    compiler, compiles = counting_compiler
+    nvcc = str(tmp_path / "nvcc")
+    shutil.copy(compiler, nvcc)
+    cache = str(tmp_path / "cache")
+    tree = make_tree(str(tmp_path / "a"))
+    build(nvcc, tree, cache)
+    build(nvcc, tree, cache)
+    assert compiles() == 2
+    assert not os.path.exists(cache) or not os.listdir(cache)
