@@ -45,7 +45,12 @@ LEARNING_RATE = 0.2  # the same for the tfps table, the stock embedding and dens
 GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
 SPEED_TARGET, AUC_TOLERANCE, BYTES_TARGET, CACHE_BYTES_TARGET = 1.5, 0.002, 1.1, 0.5
 KINDS = ("tfps", "tfps_cached", "stock", "dense")
-CACHE = {"worker_cache_rows": 1 << 18, "max_staleness_steps": 9}
+CACHE = {"worker_cache_rows": 1 << 18, "max_staleness_steps": 9}  # --cache_rows, --staleness
+
+
+def cache_flags():
+    """The worker cache's flags, for the processes that run one model."""
+    return ["--cache_rows", str(CACHE["worker_cache_rows"]), "--staleness", str(CACHE["max_staleness_steps"])]
 
 
 def criteo_like(seed=None):
@@ -182,7 +187,7 @@ def traffic_of(kind, steps, seed):
     log_dir = tempfile.mkdtemp(prefix=f"train_pss_traffic_{kind}_")
     out = subprocess.run([sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2",
                           "--log_dir", log_dir, os.path.abspath(__file__), "--model", kind, "--steps",
-                          str(steps), "--seed", str(seed), "--launched"],
+                          str(steps), "--seed", str(seed), "--launched", *cache_flags()],
                          capture_output=True, text=True, timeout=3000, env=dict(os.environ, **traffic.RPC_LOG_ENV))
     records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"model"')]
     if out.returncode != 0 or not records:
@@ -233,7 +238,8 @@ def report_traffic(steps, seed):
 
 def run_in_child(kind, steps, seed):
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--model", kind, "--steps",
-                          str(steps), "--seed", str(seed)], capture_output=True, text=True, timeout=3000)
+                          str(steps), "--seed", str(seed), *cache_flags()], capture_output=True, text=True,
+                         timeout=3000)
     if out.returncode != 0:
         sys.stderr.write(out.stderr[-3000:])
         raise SystemExit(f"{kind} run with seed {seed} failed")
@@ -251,7 +257,14 @@ def main():
     parser.add_argument("--model", choices=KINDS)
     parser.add_argument("--launched", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help="the first seed")
+    parser.add_argument("--cache_rows", type=int, default=CACHE["worker_cache_rows"],
+                        help="tfps_cached: the worker cache's rows per worker")
+    parser.add_argument("--staleness", type=int, default=CACHE["max_staleness_steps"],
+                        help="tfps_cached: max_staleness_steps, how many steps a cached row may lag")
     args = parser.parse_args()
+    if args.cache_rows < 1 or args.staleness < 0:
+        parser.error(f"--cache_rows must be >= 1 and --staleness >= 0, got {args.cache_rows} and {args.staleness}")
+    CACHE.update(worker_cache_rows=args.cache_rows, max_staleness_steps=args.staleness)
     if args.model:
         return run_one(args.model, args.steps, args.seed, args.launched)
     parts = args.parts.split(",")
