@@ -244,12 +244,17 @@ def run_round(kind, job, index, rng, work, data_dir):
     result["finished"] = job.finished in (stdout or "")
     # A lost task's errors stay in the chief's log: the terminal shows none of them.
     result["traceback_shown"] = "Traceback" in (stdout or "")
+    launcher_log = os.path.join(out, "logs", "launcher.log")
+    result["reported_hung"] = os.path.exists(launcher_log) and "has not answered for" in open(launcher_log).read()
     result["left_behind"] = sorted(processes_gone(launch_id))
     result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(job, report)
     result["steps_lost"] = steps_lost(job, report)
     if job.name == "stream_ctr":
         result["versions"], result["versions_serving"] = versions_serving(os.path.join(out, "serving"))
+    # A SIGKILLed parameter server is seen to exit, a SIGSTOPped one found silent.
+    hang_found_right = kind not in ("ps", "stopped_ps") or result["reported_hung"] == (kind == "stopped_ps")
     result["ok"] = (result["rc"] == 0 and result["finished"] and not result["traceback_shown"]
+                    and hang_found_right
                     and not result["left_behind"]
                     and result["rows_differing"] == 0 and "error" not in result
                     and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])
