@@ -76,13 +76,12 @@ def compile_in_parallel(commands, cwd=None, cache_dir=None):
     import os
     import subprocess
 
-    compilers = {}  # the version of each compiler whose objects are cached
-    if cache_dir is not None:
-        compilers = {c[0]: subprocess.run([c[0], "--version"], capture_output=True, check=True).stdout
-                     for c in commands if _preprocessing_keys_objects(c[0])}
+    cached = [c for c in commands if _preprocessing_keys_objects(c)] if cache_dir is not None else []
+    compilers = {c[0]: subprocess.run([c[0], "--version"], capture_output=True, check=True).stdout
+                 for c in cached}  # the version of each compiler whose objects are cached
 
     def compile_one(command):
-        if command[0] in compilers:
+        if _preprocessing_keys_objects(command) and command[0] in compilers:
             _compile_through_cache(command, cwd, cache_dir, compilers[command[0]])
         else:
             subprocess.run(command, cwd=cwd, check=True)
@@ -101,12 +100,13 @@ def object_cache_dir():
     return path or None
 
 
-def _preprocessing_keys_objects(compiler):
-    """nvcc's -E is the host's pass alone: device code under __CUDA_ARCH__ would not be in
-    the key, so its objects are never cached."""
+def _preprocessing_keys_objects(command):
+    """CUDA's -E is the host's pass alone: device code under __CUDA_ARCH__ would not be in
+    the key, so objects of nvcc (by its name, or any compiler told `-x cu`) are never cached."""
     import os
 
-    return not os.path.basename(compiler).startswith("nvcc")
+    compiles_cuda = any(flag == "-x" and language == "cu" for flag, language in zip(command, command[1:]))
+    return not (compiles_cuda or os.path.basename(command[0]).startswith("nvcc"))
 
 
 OBJECT_CACHE_ENTRIES = 400  # the least recently used go beyond this (a build has 29)

@@ -245,7 +245,10 @@ def run_round(kind, job, index, rng, work, data_dir):
     # A lost task's errors stay in the chief's log: the terminal shows none of them.
     result["traceback_shown"] = "Traceback" in (stdout or "")
     launcher_log = os.path.join(out, "logs", "launcher.log")
-    result["reported_hung"] = os.path.exists(launcher_log) and "has not answered for" in open(launcher_log).read()
+    result["reported_hung"] = False
+    if os.path.exists(launcher_log):
+        with open(launcher_log) as f:
+            result["reported_hung"] = "has not answered for" in f.read()
     result["left_behind"] = sorted(processes_gone(launch_id))
     result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(job, report)
     result["steps_lost"] = steps_lost(job, report)

@@ -109,3 +109,19 @@ def test_nvcc_compiles_every_time(tmp_path, counting_compiler):
     build(nvcc, tree, cache)
     assert compiles() == 2
     assert not os.path.exists(cache) or not os.listdir(cache)
+
+
+def test_a_cuda_compile_under_another_name_compiles_every_time(tmp_path, counting_compiler):
+    """A wrapper that is not named nvcc but is told `-x cu` compiles CUDA all the same."""
+    compiler, compiles = counting_compiler
+    wrapper = tmp_path / "cuda-cxx"  # g++ reads the source as C++ in place of CUDA
+    wrapper.write_text(f'#!/bin/sh\nfor a; do shift; [ "$a" = cu ] && a=c++; set -- "$@" "$a"; done\n'
+                       f'exec {compiler} "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    cache = str(tmp_path / "cache")
+    tree = make_tree(str(tmp_path / "a"))
+    for _ in range(2):
+        build_config.compile_in_parallel([[str(wrapper), "-x", "cu", "-c", "lib/triple.cc", "-o", "triple.o",
+                                           "-I", ".", "-fPIC"]], cwd=tree, cache_dir=cache)
+    assert compiles() == 2
+    assert not os.path.exists(cache) or not os.listdir(cache)
