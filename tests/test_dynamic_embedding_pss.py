@@ -15,6 +15,8 @@ def test_two_workers_two_ps_learn_an_id_only_task_with_keys_on_both_shards():
     assert min(out["shard_sizes"]) > 0.3 * sum(out["shard_sizes"])
     assert out["evaluation"]["auc"] >= 0.75
     assert out["history"]["loss"][-1] < out["history"]["loss"][0]
+    # A worker cache's copies stand for rows both workers move (tests/test_worker_cache.py).
+    assert out["cache_copy_rate_scale"] == 2
 
 
 def test_no_update_of_either_worker_is_lost_even_on_rows_both_update():

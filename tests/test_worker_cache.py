@@ -14,12 +14,16 @@ from tests.test_sparse_updates import (DIM, HEAD_LR, KERAS_SGD, MODES, TABLE_OPT
                                        build_model, check_against_oracle, data, train)
 
 
-def cached_training_oracle(optimizer_name, ids, labels, kernel, seed, staleness, capacity):
+def cached_training_oracle(optimizer_name, ids, labels, kernel, seed, staleness, capacity,
+                           copy_rate_scale=1):
     """Rows, slots and the head's kernel after the batches, simulating each step's cache as
-    the module docstring of tfps.table._worker_cache describes it. Float64."""
+    the module docstring of tfps.table._worker_cache describes it (the copies trained at
+    copy_rate_scale times the table's rate). Float64."""
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
-    row_optimizer = RowOptimizer(optimizer_name, DIM, hp.pop("lr"), **hp)
+    rate = hp.pop("lr")
+    row_optimizer = RowOptimizer(optimizer_name, DIM, rate, **hp)
+    copy_optimizer = RowOptimizer(optimizer_name, DIM, rate * copy_rate_scale, **hp)
     rows = {int(k): initial_row(int(k), DIM, seed, "uniform", -0.05, 0.05).astype(np.float64)
             for k in VOCAB}
     slots = {k: row_optimizer.initial_slots() for k in rows}
@@ -52,7 +56,7 @@ def cached_training_oracle(optimizer_name, ids, labels, kernel, seed, staleness,
             if k in cache:
                 sums[k] = sums.get(k, 0.0) + g
                 copy, copy_slots, copy_steps = cache[k]
-                cache[k] = [*row_optimizer.apply(copy, copy_slots, g, copy_steps + 1), copy_steps + 1]
+                cache[k] = [*copy_optimizer.apply(copy, copy_slots, g, copy_steps + 1), copy_steps + 1]
             else:
                 direct[k] = g
         if step % (staleness + 1) == 0:
@@ -82,10 +86,12 @@ def assert_table_follows_simulation(layer, expected_rows, expected_slots):
                               expected_rows, expected_slots)
 
 
-def train_cached(mode, family, optimizer_name, staleness, capacity):
+def train_cached(mode, family, optimizer_name, staleness, capacity, copy_rate_scale=1):
     ids, labels = data()
     model, layer, head = build_model(optimizer_name, worker_cache_rows=capacity,
                                      max_staleness_steps=staleness)
+    assert layer.worker_cache.copy_rate_scale == 1  # one worker: this process
+    layer.worker_cache.copy_rate_scale = copy_rate_scale  # as if it were one of several
     kernel0 = head.kernel.numpy()[:, 0].copy()
     train(mode, model, KERAS_SGD[family](), ids, labels)
     if not mode.startswith("fit"):  # fit flushes at the epoch's end
@@ -113,6 +119,18 @@ def test_stale_rows_and_summed_pushes_follow_the_cache_simulation(mode, family, 
     # The simulation is not uncached training in disguise: staleness changes the rows.
     fresh = cached_training_oracle("adagrad", ids, labels, kernel0, layer.seed, 0, capacity)[0]
     assert max(np.abs(fresh[k] - rows[k]).max() for k in rows) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["eager", "fit_spe10"])
+def test_with_several_workers_the_copies_train_at_their_number_times_the_rate(mode):
+    staleness, capacity, workers = 2, 1000, 3
+    layer, head, ids, labels, kernel0 = train_cached(mode, "current", "adagrad", staleness, capacity, workers)
+    rows, slots, kernel = cached_training_oracle("adagrad", ids, labels, kernel0, layer.seed,
+                                                 staleness, capacity, workers)
+    assert_table_follows_simulation(layer, rows, slots)
+    np.testing.assert_allclose(head.kernel.numpy()[:, 0], kernel, rtol=2e-4, atol=2e-6)
+    at_one_rate = cached_training_oracle("adagrad", ids, labels, kernel0, layer.seed, staleness, capacity)[0]
+    assert max(np.abs(at_one_rate[k] - rows[k]).max() for k in rows) > 1e-3
 
 
 @pytest.mark.parametrize("optimizer_name", ["sgd", "adam", "ftrl", "rmsprop"])

@@ -7,7 +7,6 @@ import sys
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
@@ -35,6 +34,7 @@ def main():
             embedding = tfps.keras_layers.DynamicEmbedding(8, optimizer=tfps.optimizers.Adagrad(0.3))
             output = keras.layers.Dense(1, activation="sigmoid")(embedding(ids))
             model = keras.Model(ids, output)
+            cached = tfps.keras_layers.DynamicEmbedding(8, worker_cache_rows=64, max_staleness_steps=3)
             model.compile(optimizer=keras.optimizers.legacy.Adagrad(0.1), loss="binary_crossentropy",
                           metrics=[tfps.metrics.AUC(name="auc")], steps_per_execution=10)
         history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=3,
@@ -44,7 +44,8 @@ def main():
         shard_sizes = embedding.table.shard_sizes()
         devices = [t.resource_handle.device for t in embedding.table.shards]
     json.dump({"history": history.history, "evaluation": evaluation, "shard_sizes": shard_sizes,
-               "table_devices": devices}, sys.stdout)
+               "table_devices": devices, "cache_copy_rate_scale": cached.worker_cache.copy_rate_scale},
+              sys.stdout)
     sys.stdout.flush()
     os._exit(0)
 

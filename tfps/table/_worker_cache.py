@@ -6,7 +6,9 @@ training lookup of a key in a cycle pulls its row from the parameter servers, as
 cache, and keeps a copy while room remains (`capacity` rows); later lookups in the cycle
 read the copy. Each step's gradient of a kept row trains the copy with the table's own
 optimizer (from fresh slots: the worker sees its own steps at once) and adds to the row's
-sum; the last step of the cycle sends each sum in that step's one apply call to the
+sum. A copy stands for the row the worker will pull next, which every worker's steps move,
+and other workers' gradients of a hot row resemble this one's: so the copy trains at the
+number of workers times the table's learning rate; the last step of the cycle sends each sum in that step's one apply call to the
 parameter servers, whose optimizer applies it once, at that step's learning rate, and
 empties the cache. So the parameter servers' rows and slots change once per cycle per
 row, and a worker sees other workers' pushes from its next cycle on: a copy lags the
@@ -85,6 +87,7 @@ class WorkerCache:
         self._name = f"{name}_{next(_cache_ids)}_{id(self):x}/worker_cache"
         self._handles_by_graph = weakref.WeakKeyDictionary()
         self._devices = task_devices("worker")  # the workers' memory holds the caches
+        self.copy_rate_scale = len(self._devices)  # the copies' learning rate over the table's
 
     @property
     def cycle_steps(self):
@@ -140,11 +143,11 @@ class WorkerCache:
         cached_keys, cached_gradients = tf.boolean_mask(keys, cached), tf.boolean_mask(gradients, cached)
         summed = ops.tfps_table_apply_gradients(sums_table, cached_keys, -cached_gradients,
                                                 tf.constant(-1, tf.int64), tf.constant(1.0), dim=dim)
-        # The copies train as the table's rows do: clipped per row, at this step's rate.
-        rate = tf.constant(-1.0) if learning_rate is None else tf.cast(learning_rate, tf.float32)
+        # The copies train as the table's rows do (clipped per row), at copy_rate_scale
+        # times this step's rate.
         local = ops.tfps_table_apply_gradients(
             rows_table, cached_keys, self.table.shards[0].optimizer.clipped(cached_gradients),
-            tf.constant(-1, tf.int64), rate, dim=dim)
+            tf.constant(-1, tf.int64), self._copy_rate(learning_rate), dim=dim)
         with tf.control_dependencies([summed, local]):
             cycle_ends = tf.equal(ops.tfps_table_clock(sums_table) % self.cycle_steps, 0)
             sum_keys, sums = tf.cond(cycle_ends, lambda: self._sums(sums_table),
@@ -155,6 +158,14 @@ class WorkerCache:
             tf.concat([tf.boolean_mask(gradients, direct), sums], 0), learning_rate=learning_rate)
         with tf.control_dependencies([applied]):
             return tf.cond(cycle_ends, lambda: self._emptied(rows_table, sums_table), tf.no_op)
+
+    def _copy_rate(self, learning_rate):
+        """The copies' learning rate; negative: the table optimizer's own (as created)."""
+        if learning_rate is None:
+            if self.copy_rate_scale == 1:
+                return tf.constant(-1.0)
+            learning_rate = self.table.shards[0].optimizer.learning_rate
+        return tf.cast(learning_rate, tf.float32) * self.copy_rate_scale
 
     def _sums(self, sums_table):
         keys, values, _, _, _ = ops.tfps_table_export(
