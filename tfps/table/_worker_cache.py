@@ -6,17 +6,18 @@ training lookup of a key in a cycle pulls its row from the parameter servers, as
 cache, and keeps a copy while room remains (`capacity` rows); later lookups in the cycle
 read the copy. Each step's gradient of a kept row trains the copy with the table's own
 optimizer (from fresh slots: the worker sees its own steps at once) and adds to the row's
-sum. A copy stands for the row the worker will pull next, which every worker's steps move,
-and other workers' gradients of a hot row resemble this one's: so the copy trains at the
-number of workers times the table's learning rate; the last step of the cycle sends each sum in that step's one apply call to the
-parameter servers, whose optimizer applies it once, at that step's learning rate, and
-empties the cache. So the parameter servers' rows and slots change once per cycle per
-row, and a worker sees other workers' pushes from its next cycle on: a copy lags the
-parameter servers by at most `max_staleness_steps` steps. Keys the cache has no room for,
-and keys not admitted yet, go to the parameter servers every step, as without a cache.
-With max_staleness_steps=0 every row is pulled and pushed in its own step and training is
-exactly uncached training; every step still makes one apply call per parameter server
-(the tables' clocks count steps as without a cache).
+sum. A copy stands for the row the worker's next pull will bring, which every worker's
+steps move, and other workers' gradients of a hot row resemble this one's: so the copy
+trains at the number of workers times the table's learning rate. Only the true sums
+reach the parameter servers. The last step of the cycle sends each sum in that step's
+one apply call to the parameter servers, whose optimizer applies it once, at that
+step's learning rate, and empties the cache. So the parameter servers' rows and slots
+change once per cycle per row, and a worker sees other workers' pushes from its next
+cycle on: a copy lags the parameter servers by at most `max_staleness_steps` steps. Keys
+the cache has no room for, and keys not admitted yet, go to the parameter servers every
+step, as without a cache. With max_staleness_steps=0 every row is pulled and pushed in its
+own step and training is exactly uncached training; every step still makes one apply call
+per parameter server (the tables' clocks count steps as without a cache).
 
 The cache is two tfps tables in the memory of the task that runs the step (a worker under
 ParameterServerStrategy, the process otherwise), found by name on each run: the copies
