@@ -76,17 +76,17 @@ def compile_in_parallel(commands, cwd=None, cache_dir=None):
     import os
     import subprocess
 
-    cached = [c for c in commands if _preprocessing_keys_objects(c)] if cache_dir is not None else []
+    through_cache = [cache_dir is not None and _preprocessing_keys_objects(c) for c in commands]
     compilers = {c[0]: subprocess.run([c[0], "--version"], capture_output=True, check=True).stdout
-                 for c in cached}  # the version of each compiler whose objects are cached
+                 for c, cached in zip(commands, through_cache) if cached}  # versions, for the keys
 
-    def compile_one(command):
-        if _preprocessing_keys_objects(command) and command[0] in compilers:
+    def compile_one(command, cached):
+        if cached:
             _compile_through_cache(command, cwd, cache_dir, compilers[command[0]])
         else:
             subprocess.run(command, cwd=cwd, check=True)
     with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        list(pool.map(compile_one, commands))
+        list(pool.map(compile_one, commands, through_cache))
     if cache_dir is not None:
         _prune_cache(cache_dir)
 
