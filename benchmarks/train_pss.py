@@ -11,14 +11,17 @@ examples/s is measured on an epoch after a warm-up epoch, AUC by evaluate() on f
 batches. Both models train once per seed (data, dense initial values and table initial
 values follow the seed) and are compared seed by seed.
 
+dense: the same dense layers over an all-zero embedding, timed beside them: what the
+dense layers, the metric and the runtime cost alone, so its examples/s over stock's is the
+ceiling of any embedding's ratio on this machine.
+
 tfps_cached: the tfps model with a GEO-style worker cache (--cache_rows rows per worker,
 rows up to --staleness steps old), timed and counted beside the others: its AUC is held
 against the uncached tfps model's, its table bytes against the uncached model's.
 
-traffic: each model, and the same dense layers over an all-zero embedding ("dense"),
-trains under tfps-launch (2 workers, 2 PS, a process each); per parameter server and per
-step it prints the remote calls and the bytes sent and received (benchmarks/traffic.py
-says how they are counted). The table's bytes are the model's less the dense model's;
+traffic: each model, and the dense one, trains under tfps-launch (2 workers, 2 PS, a
+process each); per parameter server and per step it prints the remote calls and the bytes
+sent and received (benchmarks/traffic.py says how they are counted). The table's bytes are the model's less the dense model's;
 tfps's are held against the step's unique keys: per key, its 8 bytes into the PS and its
 row out for the lookup, its 8 bytes and its gradient into the PS for the update. It also
 prints each task's CPU time per step (with the RPC logging on, which adds to each).
@@ -275,17 +278,21 @@ def main():
         report_traffic(args.traffic_steps, args.seed)
     if "timing" not in parts:
         return
-    runs = {kind: [] for kind in ("tfps", "tfps_cached", "stock")}
+    runs = {kind: [] for kind in ("tfps", "tfps_cached", "stock", "dense")}
     for seed in range(args.seed, args.seed + args.repeats):
         for kind in runs:  # alternating, seed by seed
             runs[kind].append(run_in_child(kind, args.steps, seed))
             common.emit({"seed": seed, **runs[kind][-1]})
-    for kind, than in (("tfps", "stock"), ("tfps_cached", "stock")):
+    for kind, than in (("tfps", "stock"), ("tfps_cached", "stock"), ("dense", "stock")):
         ratios = [a["examples_per_s"] / b["examples_per_s"] for a, b in zip(runs[kind], runs[than])]
         speed = float(np.median(ratios))
-        common.emit({"summary": f"{kind} examples/s >= {SPEED_TARGET}x stock Hashing+Embedding "
-                     "(median over seeds)", "ratio": round(speed, 3),
-                     "ratios": [round(r, 3) for r in ratios], "met": speed >= SPEED_TARGET})
+        figures = {"ratio": round(speed, 3), "ratios": [round(r, 3) for r in ratios]}
+        if kind == "dense":  # no target: the ratio no embedding, however cheap, can pass here
+            common.emit({"summary": "ceiling: the dense layers over an all-zero embedding, examples/s "
+                         "over stock (median over seeds)", **figures})
+        else:
+            common.emit({"summary": f"{kind} examples/s >= {SPEED_TARGET}x stock Hashing+Embedding "
+                         "(median over seeds)", **figures, "met": speed >= SPEED_TARGET})
     for kind, than in (("tfps", "stock"), ("tfps_cached", "tfps")):
         emit_auc_difference(kind, than, [a["eval_auc"] - b["eval_auc"] for a, b in zip(runs[kind], runs[than])])
 

@@ -1,11 +1,13 @@
 """The worker's per-step key ops, tfps.keys.unique_keys and sum_by_key, against NumPy and
 against the TensorFlow ops they stand in for (tf.unique_with_counts; tf.unique with
-unsorted_segment_sum, bit for bit), on the key patterns users bring."""
+unsorted_segment_sum, bit for bit), on the key patterns users bring; and those keys routed
+to a sharded table's shards with their counts and gradients."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfps
 from tfps.table import keys as keys_lib
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -94,3 +96,29 @@ def test_batches_larger_than_the_kept_slots_then_small_ones_stay_exact():
         np.testing.assert_array_equal(unique, expected[0])
         np.testing.assert_array_equal(index, expected[1])
         np.testing.assert_array_equal(counts, expected[2])
+
+
+@pytest.mark.parametrize("name", sorted(set(patterns()) - {"empty"}))
+def test_a_sharded_table_sends_keys_beside_counts_and_gradients_to_their_own_rows(name, run):
+    """Each key's count and gradient must reach its own row on its shard, as NumPy says."""
+    keys = patterns()[name]
+    unique, _, counts = numpy_unique_first_occurrence(keys)
+    gradients = np.random.default_rng(len(keys)).normal(size=(len(unique), 3)).astype(np.float32)
+    table = tfps.ShardedTable(3, optimizer=tfps.optimizers.SGD(1.0), initializer="zeros",
+                              devices=["/cpu:0"] * 3)
+
+    def step(unique_keys, occurrences, grads):
+        rows = table.find_or_insert(unique_keys, occurrences)
+        with tf.control_dependencies([rows]):
+            applied = table.apply_gradients(unique_keys, grads)
+        with tf.control_dependencies([applied]):
+            return tf.identity(rows)
+
+    rows = run(step, tf.constant(unique), tf.constant(counts), tf.constant(gradients))
+    np.testing.assert_array_equal(rows, np.zeros_like(gradients))
+    exported = table.export()
+    order = np.argsort(exported.keys.numpy())
+    expected = np.argsort(unique)
+    np.testing.assert_array_equal(exported.keys.numpy()[order], unique[expected])
+    np.testing.assert_array_equal(exported.values.numpy()[order], -gradients[expected])
+    np.testing.assert_array_equal(exported.metadata.numpy()[order, 0], counts[expected])

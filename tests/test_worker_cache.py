@@ -133,6 +133,34 @@ def test_with_several_workers_the_copies_train_at_their_number_times_the_rate(mo
     assert max(np.abs(at_one_rate[k] - rows[k]).max() for k in rows) > 1e-3
 
 
+@pytest.mark.parametrize("family", ["current", "legacy"])
+def test_under_mixed_precision_the_cache_trains_the_unscaled_gradient(family):
+    ids, labels = data()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model, layer, head = build_model("adagrad", worker_cache_rows=1000, max_staleness_steps=2)
+        kernel0 = head.kernel.numpy()[:, 0].astype(np.float32)
+        # A fixed loss scale: a dynamic one skips the first steps (their scaled gradients
+        # overflow float16), which the simulation does not.
+        optimizer = keras.mixed_precision.LossScaleOptimizer(KERAS_SGD[family](), dynamic=False,
+                                                             initial_scale=256)
+        train("fit", model, optimizer, ids, labels)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    rows, slots, kernel = cached_training_oracle("adagrad", ids, labels, kernel0, layer.seed, 2, 1000)
+    exported = layer.table.export()
+    order = np.argsort(exported.keys.numpy())
+    np.testing.assert_array_equal(exported.keys.numpy()[order], np.sort(VOCAB))
+    expected = np.stack([rows[int(k)] for k in np.sort(VOCAB)])
+    expected_slots = np.stack([slots[int(k)] for k in np.sort(VOCAB)])
+    # float16 activations round the gradients: close to the float64 simulation, not equal;
+    # a gradient left scaled by 256 would be far off.
+    np.testing.assert_allclose(exported.values.numpy()[order], expected, rtol=0, atol=2e-3 * np.abs(expected).max())
+    np.testing.assert_allclose(exported.slots.numpy()[order], expected_slots, rtol=0,
+                               atol=1e-3 * np.abs(expected_slots).max())
+    np.testing.assert_allclose(head.kernel.numpy()[:, 0], kernel, rtol=0, atol=1e-3)
+
+
 @pytest.mark.parametrize("optimizer_name", ["sgd", "adam", "ftrl", "rmsprop"])
 def test_each_table_optimizer_applies_the_pushed_sums(optimizer_name):
     layer, head, ids, labels, kernel0 = train_cached("fit_spe10", "current", optimizer_name, 3, 1000)
