@@ -24,6 +24,14 @@ def stream(steps, keys_per_step, new_fraction, seed=0, drift=0):
         yield keys
 
 
+def burst_then_hot(steps, burst, hot):
+    """Yields each step's keys: `burst` IDs seen once at the first step (yesterday's
+    catalogue, a crawler), then the same `hot` IDs every step after."""
+    yield np.arange(1 << 40, (1 << 40) + burst, dtype=np.int64)
+    for _ in range(steps - 1):
+        yield np.arange(hot, dtype=np.int64)
+
+
 class Simulation:
     """The policy applied exactly: after each step, the rows it keeps. A step is a training
     lookup at clock c (each occurrence counts; the row is seen at c), then an apply that
@@ -60,17 +68,18 @@ class Simulation:
         return keys[decayed >= self.policy.threshold * margin]
 
 
-def run(policy, new_fraction, steps=400, keys_per_step=2000, seed=0, on_step=None, drift=0):
-    """Trains a table (and the simulation) on the stream; returns (table, simulation, rows
-    after each step)."""
+def run(policy, new_fraction, steps=400, keys_per_step=2000, seed=0, on_step=None, drift=0, keys=None):
+    """Trains a table (and the simulation) on the stream (or on the steps' `keys`);
+    returns (table, simulation, rows after each step)."""
     table = tfps.DynamicTable(2, optimizer="sgd", eviction=policy)
     simulation = Simulation(policy)
     rows = []
-    zeros = np.zeros((keys_per_step, 2), np.float32)
-    for keys in stream(steps, keys_per_step, new_fraction, seed, drift):
+    if keys is None:
+        keys = stream(steps, keys_per_step, new_fraction, seed, drift)
+    for keys in keys:
         unique = np.unique(keys)
         table.find_or_insert(keys)
-        table.apply_gradients(unique, zeros[:len(unique)], step=-1)
+        table.apply_gradients(unique, np.zeros((len(unique), 2), np.float32), step=-1)
         simulation.step(keys)
         rows.append(int(table.size()))
         if on_step is not None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tfps
-from tests.eviction_streams import run
+from tests.eviction_streams import burst_then_hot, run
 
 POLICIES = {"ttl": lambda: tfps.eviction.TTL(steps=50),
             # A row seen once lives log(0.05) / log(0.95) = 58 steps.
@@ -42,6 +42,26 @@ def test_rows_follow_the_policys_steady_state_for_any_share_of_new_ids(policy, n
         # The keys of the sweeping step and of the TTL + 1 steps before it (a row seen at
         # step s records s + 1 in its apply and expires when the clock passes s + 1 + TTL).
         assert checked[-1][1] == 2000 * (50 + 2)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_rows_of_a_burst_go_when_traffic_narrows_to_a_few_hot_ids(policy):
+    """After a burst of IDs seen once, every step looks up the same 3 IDs, which reach
+    few of the table's stripes: the burst's rows must still go as the policy says."""
+    checked = []
+
+    def check(table, simulation):
+        if simulation.clock % 10 or simulation.clock < 80:
+            return
+        kept = simulation.kept(simulation.clock - 1)
+        sure = simulation.kept(simulation.clock - 1, margin=1.01)
+        assert table.find(sure, return_exists=True)[1].numpy().all(), "a row the policy keeps was evicted"
+        rows = int(table.size())
+        assert len(kept) == 3 and rows <= 1.1 * len(kept) + 1, (simulation.clock, rows, len(kept))
+        checked.append(rows)
+
+    run(POLICIES[policy](), None, on_step=check, keys=burst_then_hot(150, burst=20_000, hot=3))
+    assert len(checked) == 8
 
 
 @pytest.mark.parametrize("new_fraction,drift", PATTERNS)

@@ -1,6 +1,7 @@
 // Eviction inside the table (policies.h): the sweep that every training lookup advances a
-// few rows per key, Table::Evict's sweep of everything, the row cap's victims, and the
-// record of when the clock ran that maps a TTL in seconds onto steps.
+// few rows per key (and once per clock tick in every stripe), Table::Evict's sweep of
+// everything, the row cap's victims, and the record of when the clock ran that maps a TTL
+// in seconds onto steps.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -119,6 +120,23 @@ uint64_t Table::SweepBudget(Stripe& s, int64_t keys, int64_t clock) const {
   const uint64_t paced = static_cast<uint64_t>(owed);
   s.sweep_owed = owed - static_cast<double>(paced);
   return std::max<uint64_t>(paced, static_cast<uint64_t>(std::max<int64_t>(0, keys)));
+}
+
+void Table::SweepIdleStripes(int64_t clock, int64_t ttl_cutoff, const ParallelFor& parallel_for) {
+  // A stripe sweeps where lookups' keys land. Once traffic narrows to a few hot keys, most
+  // stripes see none, and without this their expired rows would stay for good.
+  int64_t last = idle_stripes_swept_at_.load();
+  if (last == clock || !idle_stripes_swept_at_.compare_exchange_strong(last, clock)) return;
+  std::atomic<int64_t> removed{0};
+  parallel_for(static_cast<int64_t>(stripes_.size()), 200, [&](int64_t s0, int64_t s1) {
+    for (int64_t i = s0; i < s1; ++i) {
+      Stripe& s = *stripes_[i];
+      std::unique_lock<std::shared_mutex> lock(s.mu, std::try_to_lock);
+      // A stripe this tick's lookups already swept owes next to nothing.
+      if (lock.owns_lock()) removed += SweepStripe(s, SweepBudget(s, 0, clock), clock, ttl_cutoff);
+    }
+  });
+  evicted_ += removed.load();
 }
 
 int64_t Table::TtlCutoff() const {

@@ -460,6 +460,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
       rejected_ += rejected;
     }, /*inserts=*/true);
   });
+  if (sweeps) SweepIdleStripes(clock, ttl_cutoff, parallel_for);
 }
 
 bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, int64_t step,

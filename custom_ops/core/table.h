@@ -19,7 +19,8 @@
 //
 // Admission and eviction (policies.h) live in the stripes too: the counts of keys not yet
 // admitted, and a sweep cursor that every training lookup advances at a pace set by the
-// clock (EvictionConfig's horizon) and at least a row per key.
+// clock (EvictionConfig's horizon) and at least a row per key, in the stripes its keys
+// reach, and once per clock tick in all the others.
 #ifndef TFPS_CORE_TABLE_H_
 #define TFPS_CORE_TABLE_H_
 
@@ -304,6 +305,9 @@ class Table {
   // `clock`: at least one per key, and enough that every row is visited
   // kSweepsPerHorizon times per expiry horizon, however many of the keys are new.
   uint64_t SweepBudget(Stripe& s, int64_t keys, int64_t clock) const;
+  // Once per clock tick, sweeps what their pace owes in the stripes no key of the ticking
+  // lookups reached; a stripe another call holds is left to the next tick.
+  void SweepIdleStripes(int64_t clock, int64_t ttl_cutoff, const ParallelFor& parallel_for);
   // The step before which a row is older than the TTL in seconds (-1: none is).
   int64_t TtlCutoff() const;
   // Makes room for one more row in stripe `s` (held exclusively) under the row cap,
@@ -337,6 +341,7 @@ class Table {
   std::atomic<int64_t> recycled_row_bytes_{0};
   std::atomic<int64_t> apply_calls_{0};
   mutable std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_{0};
+  std::atomic<int64_t> idle_stripes_swept_at_{-1};  // the clock SweepIdleStripes last ran at
   mutable std::mutex clock_times_mu_;
   std::vector<std::pair<int64_t, int64_t>> clock_times_;
   ChangeClock change_clock_;

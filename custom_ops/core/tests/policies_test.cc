@@ -202,6 +202,26 @@ void TestTtlRemovesRowsUnseenForLonger() {
   CHECK_TRUE(t.Evict(kSerial) == 2000 + 1 - 1);  // the stepped key was seen at this step
 }
 
+// Once lookups narrow to one hot key, the stripes no key reaches sweep too: rows unseen
+// for more than the TTL go within the steps of the sweep's pace, with no Evict call.
+void TestTtlSweepsStripesNoLookupReaches() {
+  for (EvictionKind kind : {EvictionKind::kTtl, EvictionKind::kDecayedFrequency}) {
+    Table t(Evicting(kind));
+    const auto old_keys = Keys(2000);
+    const uint64_t hot = 1ULL << 40;
+    std::vector<float> out(2000 * 2);
+    t.FindOrInsert(old_keys.data(), 2000, out.data(), kThreads);  // seen at clock 0
+    // TTL 3: gone after 4 steps; DecayedFrequency: 1 * 0.5^2 < 0.3 after 2.
+    for (int s = 0; s < 6; ++s) {
+      t.FindOrInsert(&hot, 1, out.data(), kSerial);
+      t.ApplyGradients(&hot, 1, out.data(), -1, kSerial);
+    }
+    t.FindOrInsert(&hot, 1, out.data(), kThreads);
+    CHECK_TRUE(t.Stats().evicted == 2000);
+    CHECK_TRUE(t.Size() == 1 && Has(t, hot));
+  }
+}
+
 // TTL in seconds maps onto the clock through the record of when each step ran.
 void TestTtlInSecondsUsesWhenStepsRan() {
   TableConfig c = Evicting(EvictionKind::kTtl);
@@ -234,6 +254,8 @@ void TestDecayedFrequencyScoresAndRemoves() {
   t.FindOrInsert(keys.data(), 3, out.data(), kSerial, occurrences.data());
   for (int s = 0; s < 2; ++s) Step(t);
   t.FindOrInsert(keys.data() + 2, 1, out.data(), kSerial, occurrences.data());  // key 3: 2 * 0.25 + 1
+  // Key 1 scores 1/4 at clock 2: the lookup's sweep of the stripes it did not reach took it.
+  CHECK_TRUE(!Has(t, 1) && Has(t, 2));
   std::vector<float> v, sl;
   int64_t meta[kNumMetadata];
   CHECK_TRUE(t.DebugRow(3, &v, &sl, meta));
@@ -247,8 +269,8 @@ void TestDecayedFrequencyScoresAndRemoves() {
               all.slots.data(), all.metadata.data(), kSerial);
   CHECK_TRUE(copy.Export(0, 100).metadata == all.metadata);
   for (int s = 0; s < 2; ++s) Step(t);
-  // At clock 4: key 1 scores 1/16, key 2 8/16, key 3 1.5/4, the stepped key 0.
-  CHECK_TRUE(t.Evict(kSerial) == 2);
+  // At clock 4: key 2 scores 8/16, key 3 1.5/4, the stepped key 0.
+  CHECK_TRUE(t.Evict(kSerial) == 1);
   CHECK_TRUE(!Has(t, 1) && Has(t, 2) && Has(t, 3));
 }
 
@@ -403,6 +425,7 @@ int main() {
   tfps::TestMinCountAdmitsAtTheNthOccurrence();
   tfps::TestProbabilityAdmissionIgnoresBatching();
   tfps::TestTtlRemovesRowsUnseenForLonger();
+  tfps::TestTtlSweepsStripesNoLookupReaches();
   tfps::TestTtlInSecondsUsesWhenStepsRan();
   tfps::TestDecayedFrequencyScoresAndRemoves();
   tfps::TestCapEvictsByRankAndReusesMemory();
