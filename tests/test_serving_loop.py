@@ -12,6 +12,7 @@ import tf_keras as keras
 
 import tfps
 from tfps.keras_layers import DynamicEmbedding
+from tests.cluster_run import run_cluster_program
 from tests.test_export import serve_without_tfps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,6 +83,20 @@ def test_old_versions_go_and_the_last_can_be_whole(tmp_path):
     # The version before the last reuses rows of deleted versions: it still loads whole.
     served = tf.saved_model.load(exporter.exports[-2]["export_dir"]).signatures["serving_default"]
     assert next(iter(served(ids=tf.constant(x[:4])).values())).shape == (4, 1)
+
+
+def test_under_parameter_server_strategy_each_version_holds_every_step_queued_before_it(tmp_path):
+    out = run_cluster_program("pss_export_versions.py", str(tmp_path))
+    blocks = out["steps"] // out["steps_per_execution"]
+    assert len(out["versions"]) == len(out["reads"]) == blocks  # none more at the end: no step since
+    for block, read in enumerate(out["reads"], start=1):
+        steps = block * out["steps_per_execution"]
+        assert read["steps_queued"] == steps
+        assert read["clocks"] == [steps, steps]  # every queued step applied on both shards
+        examples = np.arange(steps * 32)
+        assert read["keys"] == sorted(np.concatenate([examples, examples + 100000]).tolist())
+    # The first version already holds the first block's rows (256), not an empty table.
+    assert out["versions"][0]["rows"] == {"ids_table": 4 * 32 * 2}
 
 
 @pytest.mark.parametrize("args, message", [

@@ -27,11 +27,12 @@ class ExportForServing(keras.callbacks.Callback):
     since the one before (`tfps.export.save_for_serving(..., changes_since=...)`), so it
     costs the rows that changed. Each version is a complete stock SavedModel. When
     training ends a last version holds what changed since the one before (nothing is
-    written if no step ran since, outside ParameterServerStrategy).
+    written if no step ran since).
 
     The clock is checked where fit hands control back: every `steps_per_execution` steps.
-    Under ParameterServerStrategy the export reads the rows the parameter servers hold at
-    that moment (steps still queued for the workers come in the next version).
+    Under ParameterServerStrategy, where fit only queues steps for the workers, an export
+    first waits for the steps queued before it, so each version holds every step fit ran
+    before it and none half-applied.
 
     Args:
       base_dir: the model base path; created if missing.
@@ -76,6 +77,9 @@ class ExportForServing(keras.callbacks.Callback):
     def export(self, whole=False):
         """Writes the next version now; returns save_for_serving's report with "version"."""
         from tfps.keras.export import save_for_serving
+        coordinator = getattr(self.model, "_cluster_coordinator", None)
+        if coordinator is not None:
+            coordinator.join()
         version = max([int(time.time() * 1000)] + [v + 1 for v in versions_in(self.base_dir)])
         previous = None if whole or not self.exports else self.exports[-1]["export_dir"]
         if previous is not None and not os.path.isdir(previous):
@@ -104,8 +108,6 @@ class ExportForServing(keras.callbacks.Callback):
             self.export()
 
     def on_train_end(self, logs=None):
-        # Under ParameterServerStrategy the last export may have come before the steps
-        # queued then had run; elsewhere a version with no step since would repeat the last.
-        queued = getattr(self.model, "_cluster_coordinator", None) is not None
-        if self.whole_at_end or self._blocks_since_export or queued or not self.exports:
+        # A version with no step since would repeat the last.
+        if self.whole_at_end or self._blocks_since_export or not self.exports:
             self.export(whole=self.whole_at_end)
