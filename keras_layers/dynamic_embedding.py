@@ -74,6 +74,9 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
                  key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
                  admission=None, eviction=None, max_rows=None, worker_cache_rows=None,
                  max_staleness_steps=None, **kwargs):
+        # IDs are not activations: as a stock Embedding, no cast to the compute dtype, so a
+        # float ID tensor reaches the lookup's check as the dtype the caller gave.
+        kwargs["autocast"] = False
         super().__init__(**kwargs)
         self._init_table_lookup(dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                                 embeddings_regularizer, admission, eviction, max_rows,

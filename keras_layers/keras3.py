@@ -50,6 +50,7 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
                  admission=None, eviction=None, max_rows=None, worker_cache_rows=None,
                  max_staleness_steps=None, **kwargs):
         _check_backend()
+        kwargs["autocast"] = False  # IDs are not activations (see the tf_keras layer)
         super().__init__(**kwargs)
         # A table lookup is a custom op, which XLA cannot compile: jit_compile=True then falls
         # back to False with Keras' warning (Keras' Layer.__init__ sets this per instance).

@@ -109,6 +109,9 @@ def test_string_ids_and_namespaces_do_not_collide():
 
 @pytest.mark.parametrize("call,error,message", [
     (lambda l: l(tf.constant([1.0])), TypeError, "IDs must be int32, int64, uint64 or string, got float32"),
+    # named as given, not as Keras' cast to the compute dtype would make them
+    (lambda l: l(tf.constant([1.0], tf.float64)), TypeError, "got float64; cast float IDs to integers"),
+    (lambda l: l(tf.constant([1.0], tf.float16)), TypeError, "got float16; cast float IDs to integers"),
     (lambda l: l(tf.ragged.constant([[[1]]], dtype=tf.int64, ragged_rank=2)), ValueError,
      "ragged input must be"),
     (lambda l: l(tf.constant([1, 2], tf.int64), namespace="columns"), ValueError, "needs \\[batch, k\\]"),

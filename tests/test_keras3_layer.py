@@ -281,6 +281,12 @@ def test_strategies_worker_caches_and_tf_keras_tensors_are_refused_with_the_way_
         DynamicEmbedding(DIM)(tf_keras.Input((3,), dtype="int64"))
 
 
+def test_float_ids_are_refused_naming_the_dtype_given():
+    for dtype in (tf.float64, tf.float16):
+        with pytest.raises(TypeError, match=f"got {dtype.name}; cast float IDs to integers"):
+            DynamicEmbedding(DIM)(tf.constant([[1.0, 2.0]], dtype))
+
+
 def test_a_backend_other_than_tensorflow_is_refused(monkeypatch):
     # Keras' other backends need JAX, PyTorch or OpenVINO, which CI does not install: the
     # layer is asked as Keras would answer under JAX.
