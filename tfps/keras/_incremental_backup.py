@@ -26,6 +26,7 @@ from tf_keras.src.utils import mode_keys
 from tfps import _arguments as arguments
 from tfps.table import checkpoint as checkpoint_lib
 from tfps.keras import _keras3_guard as keras3_guard
+from tfps.keras import _scheduled_steps as scheduled_steps
 
 CHAIN_FILE = "chain.json"
 
@@ -153,9 +154,7 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
                       time.monotonic() - self._last_backup >= self.every_seconds)
         if not due:
             return
-        coordinator = getattr(self.model, "_cluster_coordinator", None)
-        if coordinator is not None:
-            coordinator.join()  # the steps scheduled so far have run
+        scheduled_steps.wait_for_scheduled_steps(self.model)
         self._backup(epoch=self._current_epoch, batch=batch)
 
     def on_epoch_begin(self, epoch, logs=None):

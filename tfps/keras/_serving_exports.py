@@ -9,6 +9,7 @@ import tf_keras as keras
 
 from tfps import _arguments as arguments
 from tfps.keras import _keras3_guard as keras3_guard
+from tfps.keras import _scheduled_steps as scheduled_steps
 from tfps.keras import _serving_rows as serving_rows
 
 
@@ -77,9 +78,7 @@ class ExportForServing(keras.callbacks.Callback):
     def export(self, whole=False):
         """Writes the next version now; returns save_for_serving's report with "version"."""
         from tfps.keras.export import save_for_serving
-        coordinator = getattr(self.model, "_cluster_coordinator", None)
-        if coordinator is not None:
-            coordinator.join()
+        scheduled_steps.wait_for_scheduled_steps(self.model)  # a version holds every step before it
         version = max([int(time.time() * 1000)] + [v + 1 for v in versions_in(self.base_dir)])
         previous = None if whole or not self.exports else self.exports[-1]["export_dir"]
         if previous is not None and not os.path.isdir(previous):

@@ -7,6 +7,7 @@ import tf_keras as keras
 
 from tfps import _arguments as arguments
 from tfps.keras import _keras3_guard as keras3_guard
+from tfps.keras import _scheduled_steps as scheduled_steps
 from tfps.keras._early_stopping import EarlyStopping
 from tfps.keras._incremental_backup import IncrementalBackup, ResumePoint
 from tfps.keras._serving_exports import ExportForServing
@@ -91,11 +92,7 @@ class TableStats(keras.callbacks.Callback):
         self._steps += batch - self._last_batch
         self._last_batch = batch
         if self.every_n_steps is not None and self._steps // self.every_n_steps > before // self.every_n_steps:
-            # Under ParameterServerStrategy fit schedules ahead of the workers: the steps
-            # scheduled so far run first, so the statistics are those of the summary's step.
-            coordinator = getattr(self.model, "_cluster_coordinator", None)
-            if coordinator is not None:
-                coordinator.join()
+            scheduled_steps.wait_for_scheduled_steps(self.model)  # the summary's step's statistics
             self._summarize(self._statistics())
 
     def on_epoch_end(self, epoch, logs=None):
