@@ -68,15 +68,16 @@ class Simulation:
         return keys[decayed >= self.policy.threshold * margin]
 
 
-def run(policy, new_fraction, steps=400, keys_per_step=2000, seed=0, on_step=None, drift=0, keys=None):
-    """Trains a table (and the simulation) on the stream (or on the steps' `keys`);
-    returns (table, simulation, rows after each step)."""
+def run(policy, new_fraction, steps=400, keys_per_step=2000, seed=0, on_step=None, drift=0,
+        steps_keys=None):
+    """Trains a table (and the simulation) on the stream (or on `steps_keys`, one array of
+    keys per step); returns (table, simulation, rows after each step)."""
     table = tfps.DynamicTable(2, optimizer="sgd", eviction=policy)
     simulation = Simulation(policy)
     rows = []
-    if keys is None:
-        keys = stream(steps, keys_per_step, new_fraction, seed, drift)
-    for keys in keys:
+    if steps_keys is None:
+        steps_keys = stream(steps, keys_per_step, new_fraction, seed, drift)
+    for keys in steps_keys:
         unique = np.unique(keys)
         table.find_or_insert(keys)
         table.apply_gradients(unique, np.zeros((len(unique), 2), np.float32), step=-1)

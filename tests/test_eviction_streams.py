@@ -56,7 +56,7 @@ def test_rows_of_a_burst_go_when_traffic_narrows_to_a_few_hot_ids(policy):
     """After a burst of IDs seen once, every step looks up the same 3 IDs, which reach
     few of the table's stripes: the burst's rows must still go as the policy says."""
     check, checked = checker(every=10, start=80)
-    run(POLICIES[policy](), None, on_step=check, keys=burst_then_hot(150, burst=20_000, hot=3))
+    run(POLICIES[policy](), None, on_step=check, steps_keys=burst_then_hot(150, burst=20_000, hot=3))
     assert [kept for _, kept in checked] == [3] * 8
 
 

@@ -99,7 +99,7 @@ def test_batches_larger_than_the_kept_slots_then_small_ones_stay_exact():
 
 
 @pytest.mark.parametrize("name", sorted(set(patterns()) - {"empty"}))
-def test_a_sharded_table_sends_keys_beside_counts_and_gradients_to_their_own_rows(name, run):
+def test_a_sharded_table_routes_each_keys_count_and_gradient_to_its_own_row(name, run):
     """Each key's count and gradient must reach its own row on its shard, as NumPy says."""
     keys = patterns()[name]
     unique, _, counts = numpy_unique_first_occurrence(keys)
