@@ -202,9 +202,9 @@ void TestTtlRemovesRowsUnseenForLonger() {
   CHECK_TRUE(t.Evict(kSerial) == 2000 + 1 - 1);  // the stepped key was seen at this step
 }
 
-// Once lookups narrow to one hot key, the stripes no key reaches sweep too: rows unseen
-// for more than the TTL go within the steps of the sweep's pace, with no Evict call.
-void TestTtlSweepsStripesNoLookupReaches() {
+// Once lookups narrow to one hot key, TTL and DecayedFrequency sweep the stripes no key
+// reaches too: rows past the policy go within the steps of the sweep's pace, with no Evict call.
+void TestPacedPoliciesSweepStripesNoLookupReaches() {
   for (EvictionKind kind : {EvictionKind::kTtl, EvictionKind::kDecayedFrequency}) {
     Table t(Evicting(kind));
     const auto old_keys = Keys(2000);
@@ -425,7 +425,7 @@ int main() {
   tfps::TestMinCountAdmitsAtTheNthOccurrence();
   tfps::TestProbabilityAdmissionIgnoresBatching();
   tfps::TestTtlRemovesRowsUnseenForLonger();
-  tfps::TestTtlSweepsStripesNoLookupReaches();
+  tfps::TestPacedPoliciesSweepStripesNoLookupReaches();
   tfps::TestTtlInSecondsUsesWhenStepsRan();
   tfps::TestDecayedFrequencyScoresAndRemoves();
   tfps::TestCapEvictsByRankAndReusesMemory();
