@@ -29,7 +29,7 @@ def metrics():
             tfps.metrics.CalibrationRatio()]
 
 
-def click_model(steps_per_execution):
+def click_model(steps_per_execution, weighted=False):
     features = keras.Input(shape=(4,), name="features")
     user = keras.Input(shape=(), dtype=tf.int64, name="user")
     user_vector = tfps.keras_layers.DynamicEmbedding(4, optimizer=tfps.optimizers.Adagrad(0.1), name="users")(user)
@@ -37,8 +37,9 @@ def click_model(steps_per_execution):
     prediction = keras.layers.Dense(1, activation="sigmoid")(hidden)
     model = keras.Model({"features": features, "user": user},
                         tfps.metrics.FeedGroups("group_auc")([prediction, user]))
-    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="binary_crossentropy", metrics=metrics(),
-                  steps_per_execution=steps_per_execution)
+    chosen = {"weighted_metrics": metrics()} if weighted else {"metrics": metrics()}
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="binary_crossentropy",
+                  steps_per_execution=steps_per_execution, **chosen)
     return model
 
 
@@ -73,3 +74,20 @@ def test_every_metric_reads_sklearns_value_in_every_local_evaluation_path(tmp_pa
     loaded.compile(loss="binary_crossentropy", metrics=metrics(), steps_per_execution=steps_per_execution)
     assert_reads_sklearn(loaded.evaluate(x_val, y_val, batch_size=BATCH, return_dict=True, verbose=0),
                          loaded, x_val, y_val)
+
+
+@pytest.mark.parametrize("label_shape", ["[n]", "[n, 1]"])
+def test_every_metric_as_a_weighted_metric_reads_sklearns_weighted_value(label_shape):
+    # Keras hands weighted_metrics [batch, 1] weights beside the model's [batch, 1] output.
+    (x, y), (x_val, y_val) = examples(0), examples(1)
+    weights = np.random.default_rng(2).uniform(0.1, 3.0, N).astype(np.float32)
+    model = click_model(steps_per_execution=8, weighted=True)
+    model.fit(x, y, sample_weight=weights, batch_size=BATCH, epochs=2, verbose=0)
+    labels = y_val if label_shape == "[n]" else y_val[:, None]
+    results = model.evaluate(x_val, labels, sample_weight=weights, batch_size=BATCH, return_dict=True, verbose=0)
+    predictions = model.predict(x_val, batch_size=BATCH, verbose=0)[:, 0]
+    expected = sklearn_metrics(y_val, predictions, x_val["user"], weights)
+    unweighted = sklearn_metrics(y_val, predictions, x_val["user"])
+    assert abs(expected["auc"] - unweighted["auc"]) > 1e-3  # the weights change every value read
+    # Keras' compiled loss divides the weighted sum by the examples, not by the weights.
+    assert_metrics_read(results, expected, loss=False)

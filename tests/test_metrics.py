@@ -168,6 +168,11 @@ def test_bad_labels_weights_and_arguments_are_rejected(run):
     with pytest.raises(tf.errors.InvalidArgumentError, match="sample_weight must be >= 0"):
         run(lambda t, p, w: metric.update_state(t, p, w), tf.constant([1.0]), tf.constant([0.5]),
             tf.constant([-1.0]))
+    for bad_weights in (tfps.metrics.AUC(), tfps.metrics.BinaryLogLoss(), tfps.metrics.GroupAUC()):
+        groups = {"groups": [1, 2, 3, 4]} if isinstance(bad_weights, tfps.metrics.GroupAUC) else {}
+        with pytest.raises(ValueError, match=r"sample_weight of shape \(3,\) does not match predictions of "
+                                             r"shape \(4, 1\): give one weight per example or per prediction"):
+            bad_weights.update_state(tf.ones([4, 1]), tf.fill([4, 1], 0.5), tf.ones([3]), **groups)
     # With 16 octaves: 32, 64, 128, ..., 2**24.
     for bad in (0, -32, 16, 48, 200, 65536 + 32, 1 << 25, 32768.0, True, "32768"):
         with pytest.raises(ValueError, match=r"num_buckets must be 2 \* octaves times a power of two, at most "

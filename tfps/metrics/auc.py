@@ -52,13 +52,11 @@ class AUC(base.Metric):
 
     @base.straight_line
     def update_state(self, y_true, y_pred, sample_weight=None):
+        weights = base.example_weights(f"tfps.metrics.AUC({self.name})", sample_weight, y_pred)
         y_pred, y_true = base.as_float_vector(y_pred), base.as_float_vector(y_true)
         no_weights, first_rows = self._update_constants()
-        if sample_weight is None:
+        if weights is None:
             weights = no_weights  # the op reads "no weights" as all ones
-        else:
-            weights = tf.reshape(tf.broadcast_to(tf.cast(sample_weight, tf.float32),
-                                                 tf.shape(y_pred)), [-1])
         updates = []
         for part, first in zip(base.parts(self.histogram), first_rows):
             updates.append(ops.tfps_histogram_auc_update(

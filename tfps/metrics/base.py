@@ -23,14 +23,11 @@ class Metric(keras.metrics.Metric):
 
 def flatten_inputs(metric_name, y_true, y_pred, sample_weight):
     """Flattens to float64 vectors (labels, predictions, weights) and checks their ranges."""
+    weights = example_weights(metric_name, sample_weight, y_pred, tf.float64)
     y_pred = tf.reshape(tf.cast(y_pred, tf.float64), [-1])
     y_true = tf.reshape(tf.cast(y_true, tf.float64), [-1])
-    if sample_weight is None:
+    if weights is None:
         weights = tf.ones_like(y_pred)
-    else:
-        weights = tf.cast(sample_weight, tf.float64)
-        weights = tf.reshape(tf.broadcast_to(weights, tf.shape(tf.reshape(y_pred, [-1]))) if
-                             weights.shape.rank == 0 else weights, [-1])
     checks = [
         tf.debugging.assert_equal(
             tf.size(y_true), tf.size(y_pred),
@@ -112,8 +109,24 @@ def buckets_per_octave(owner, num_buckets, octaves):
     return int(per_octave)
 
 
-def example_weights(sample_weight, y_pred):
-    """sample_weight as a float32 vector matching y_pred, or None."""
+def example_weights(metric_name, sample_weight, y_pred, dtype=tf.float32):
+    """sample_weight as a `dtype` vector, one weight per element of y_pred (as given, before
+    flattening), or None. As for Keras' metrics, a weight is a scalar, one per example
+    ([batch] or [batch, 1], whichever rank the predictions have) or one per prediction.
+    Keras' weighted_metrics pass [batch, 1] weights for [batch] or [batch, 1] outputs."""
     if sample_weight is None:
         return None
-    return tf.reshape(tf.broadcast_to(tf.cast(sample_weight, tf.float32), tf.shape(y_pred)), [-1])
+    weights, y_pred = tf.cast(sample_weight, dtype), tf.convert_to_tensor(y_pred)
+    given, rank, pred_rank = weights.shape, weights.shape.rank, y_pred.shape.rank
+    if rank is not None and pred_rank is not None:
+        if 0 < rank == pred_rank - 1:
+            weights = tf.expand_dims(weights, -1)
+        elif rank == pred_rank + 1 and weights.shape[-1] == 1:
+            weights = tf.squeeze(weights, -1)
+        try:
+            tf.broadcast_static_shape(weights.shape, y_pred.shape)
+        except ValueError:
+            raise ValueError(f"{metric_name}: sample_weight of shape {given} "
+                             f"does not match predictions of shape {y_pred.shape}: give one weight "
+                             "per example or per prediction") from None
+    return tf.reshape(tf.broadcast_to(weights, tf.shape(y_pred)), [-1])

@@ -72,9 +72,9 @@ class GroupAUC(base.Metric):
         from tfps.table.sharded_table import as_int64_keys
         if groups is None:
             groups = self._fed_groups()
+        weights = base.example_weights(self._metric_name, sample_weight, y_pred)
         y_pred, y_true = base.as_float_vector(y_pred), base.as_float_vector(y_true)
         groups = tf.reshape(as_int64_keys(groups, self._metric_name + ": groups"), [-1])
-        weights = base.example_weights(sample_weight, y_pred)
         tensors = (y_true, y_pred) if weights is None else (y_true, y_pred, weights)
         checks = []
         if self.histograms.num_shards > 1:  # partitioning needs equal sizes; one shard's op checks them
