@@ -200,7 +200,8 @@ def test_a_loaded_model_still_feeds_its_group_auc(tmp_path, path):
     # that moves their rows: at the table optimizer's default (Adagrad, 0.001) predictions
     # hardly moved, a user's could share one bucket and the metric read 0.5.
     predictions = model.predict(x, batch_size=64, verbose=0)[:, 0]
-    assert expected == pytest.approx(exact_group_auc(x["user"], y, log_linear_buckets(predictions, 8, 16)), abs=1e-6)
+    bucketed = log_linear_buckets(predictions, group_auc.buckets_per_octave, group_auc.octaves)
+    assert expected == pytest.approx(exact_group_auc(x["user"], y, bucketed), abs=1e-6)
     assert expected > 0.9
     model.save(str(tmp_path / path))
     loaded = keras.models.load_model(str(tmp_path / path))

@@ -271,6 +271,33 @@ def test_group_auc_is_within_1e3_of_the_exact_gauc_at_low_click_rates(click_rate
     assert abs(float(metric.result()) - expected) <= 1e-3
 
 
+def test_group_auc_resolves_predictions_crowded_around_each_users_rate():
+    # Each user's predictions lie within about 0.02 of that user's own rate (0.2 to 0.4),
+    # as a model's do once it has learnt the users: the order inside that narrow range is
+    # all a GAUC measures, and coarse buckets tie most of it.
+    rng = np.random.default_rng(0)
+    n, users = 20_000, 200
+    user = rng.integers(0, users, n)
+    rate = rng.uniform(0.2, 0.4, users)[user]
+    scores = np.clip(rate + 0.02 * rng.standard_normal(n), 0.01, 0.99).astype(np.float32)
+    labels = (rng.random(n) < scores + 3 * (scores - rate)).astype(np.float32)
+    expected = exact_group_auc(user, labels, scores)
+    read = {}
+    for num_buckets in (256, None):
+        metric = tfps.metrics.GroupAUC() if num_buckets is None else tfps.metrics.GroupAUC(num_buckets)
+        metric.update_state(labels, scores, groups=user)
+        read[num_buckets] = float(metric.result())
+    assert 0.55 < expected < 0.7
+    assert abs(read[None] - expected) <= 1e-3
+    assert expected - read[256] > 5e-3  # ties pull a coarse histogram's GAUC towards 0.5
+
+
+def test_group_auc_refuses_rows_wider_than_a_table_holds():
+    with pytest.raises(ValueError, match=r"GroupAUC: num_buckets must be at most 32768 \(a group's row holds "
+                                         r"2 \* num_buckets counts\), got 1048576"):
+        tfps.metrics.GroupAUC(num_buckets=1 << 20)
+
+
 def _two_input_click_model(group_auc):
     features = keras.Input(shape=(4,), name="features")
     user = keras.Input(shape=(), dtype=tf.int64, name="user")
@@ -292,7 +319,8 @@ def test_group_auc_in_compile_gets_its_groups_from_feed_groups(run_eagerly):
     assert 0.0 < history["gauc"][0] < 1.0 and history["gauc"][0] != 0.5  # updated, groups seen
     results = model.evaluate(x, y, batch_size=700, verbose=0, return_dict=True)
     predictions = model.predict(x, batch_size=700, verbose=0)[:, 0]
-    expected = exact_group_auc(x["user"], y, log_linear_buckets(predictions, 8, 16))
+    bucketed = log_linear_buckets(predictions, group_auc.buckets_per_octave, group_auc.octaves)
+    expected = exact_group_auc(x["user"], y, bucketed)
     assert results["gauc"] == pytest.approx(expected, abs=1e-6)
 
 

@@ -103,10 +103,12 @@ def main():
                                    getattr(counts.counts, "variables", [counts.counts])], 0).numpy().tolist()
         auc_parts = len(getattr(auc.histogram, "variables", [None]))
         group_shards = group_auc.histograms.num_shards
+        group_buckets = [group_auc.buckets_per_octave, group_auc.octaves]
     results = {name: float(value) for name, value in results.items()}
     json.dump({"results": results, "record_counts": record_counts,
                "steps": -(-NUM_IDS // BATCH) if exact else STEPS, "batch": BATCH,
-               "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards},
+               "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards,
+               "group_auc_buckets": group_buckets},
               sys.stdout)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be stopped; end the process without waiting
