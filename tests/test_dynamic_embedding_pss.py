@@ -56,6 +56,10 @@ def test_checkpoint_restores_into_a_cluster_with_more_ps_tasks(tmp_path):
 
 def test_backup_and_restore_resumes_with_the_backed_up_tables(tmp_path):
     out = run_cluster_program("pss_checkpoint.py", "backup", str(tmp_path))
+    assert out["step_backup_refusal"] is not None and out["refused_untrained"]
+    assert ("BackupAndRestore(save_freq=5) never backs up under ParameterServerStrategy" in out["step_backup_refusal"]
+            and "tfps.callbacks.IncrementalBackup(backup_dir, save_freq=5)" in out["step_backup_refusal"])
+    assert not (tmp_path / "every_5_steps").exists()
     assert out["num_keys"] > 0 and min(out["shard_sizes"]) > 0
     assert out["keys_equal"] and out["values_equal"] and out["slots_equal"] and out["metadata_equal"]
 

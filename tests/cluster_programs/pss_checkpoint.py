@@ -1,9 +1,10 @@
 """Run by tests/test_dynamic_embedding_pss.py. `save DIR` trains under 2 PS tasks with a
 Keras ModelCheckpoint(save_weights_only=True) and writes every table row to DIR/rows.npz;
 `restore DIR` builds the same model under 3 PS tasks, loads the weights and compares every
-key's value, slots and metadata with the saved rows. `backup DIR` trains with
-BackupAndRestore until a simulated preemption, empties the tables, resumes, and compares
-the restored rows with those of the last backup. Prints JSON."""
+key's value, slots and metadata with the saved rows. `backup DIR` first tries
+BackupAndRestore(save_freq=5) (refused), then trains with BackupAndRestore until a simulated
+preemption, empties the tables, resumes, and compares the restored rows with those of the
+last backup. Prints JSON."""
 
 import json
 import os
@@ -50,8 +51,17 @@ def backup_and_resume(model, embedding, directory):
         def on_train_begin(self, logs=None):
             snapshots["restored"] = sorted_rows(embedding.table)
 
-    backup = keras.callbacks.BackupAndRestore(os.path.join(directory, "backup"))
     data = keras.utils.experimental.DatasetCreator(dataset_fn)
+    # tf_keras would run none of a step-counting BackupAndRestore's hooks here: refused.
+    every_5_steps = os.path.join(directory, "every_5_steps")
+    try:
+        model.fit(data, epochs=1, steps_per_epoch=10, verbose=0,
+                  callbacks=[keras.callbacks.BackupAndRestore(every_5_steps, save_freq=5)])
+        refusal = None
+    except ValueError as e:
+        refusal = str(e)
+    refused_untrained = int(model.optimizer.iterations.numpy()) == 0 and int(embedding.table.size()) == 0
+    backup = keras.callbacks.BackupAndRestore(os.path.join(directory, "backup"))
     try:
         model.fit(data, epochs=4, steps_per_epoch=10, verbose=0, callbacks=[backup, Preempt()])
     except RuntimeError as e:
@@ -60,6 +70,7 @@ def backup_and_resume(model, embedding, directory):
     model.fit(data, epochs=4, steps_per_epoch=10, verbose=0, callbacks=[backup, Restored()])
     saved, restored = snapshots[1], snapshots["restored"]
     return {"shard_sizes": embedding.table.shard_sizes(), "num_keys": int(len(saved["keys"])),
+            "step_backup_refusal": refusal, "refused_untrained": refused_untrained,
             **{f"{name}_equal": bool(np.array_equal(saved[name], restored[name])) for name in saved}}
 
 

@@ -13,6 +13,7 @@ what its backups of changes hold.
 """
 
 import collections
+import functools
 import json
 import os
 import sys
@@ -173,6 +174,30 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
         self._training_state.back_up(epoch=epoch, batch=batch, steps_per_epoch=self.params.get("steps"))
         self._last_backup = time.monotonic()
         self._steps_since_backup = 0
+
+
+def refusing_step_backups_under_pss(original):
+    """Wraps BackupAndRestore.on_train_begin: under ParameterServerStrategy tf_keras runs
+    none of its batch hooks, so a BackupAndRestore with save_freq=N would back up nothing
+    at all (not even at an epoch's end) and a lost task would cost the whole run. For a
+    model with tables that is refused before training, naming what does back up."""
+
+    @functools.wraps(original)
+    def on_train_begin(self, logs=None):
+        from tfps.keras_layers._table_lookup import table_layers
+        save_freq = self.save_freq
+        if (arguments.is_int(save_freq) and save_freq > 0
+                and isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy)
+                and table_layers(self.model)):
+            raise ValueError(
+                f"keras.callbacks.BackupAndRestore(save_freq={save_freq}) never backs up under "
+                "ParameterServerStrategy: tf_keras skips its batch hooks there, so no backup would "
+                f"be written, not even at an epoch's end. Use tfps.callbacks.IncrementalBackup("
+                f"backup_dir, save_freq={save_freq}), which backs up every {save_freq} steps there, "
+                "or save_freq='epoch'")
+        return original(self, logs)
+
+    return on_train_begin
 
 
 def _resume_point(epoch, batch, steps_done, steps_per_epoch):

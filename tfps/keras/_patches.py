@@ -22,6 +22,7 @@ import tensorflow as tf
 from tfps.keras import _accumulation as accumulation
 from tfps.table import checkpoint
 from tfps.keras import _exact_evaluation as exact_evaluation
+from tfps.keras import _incremental_backup as incremental_backup
 from tfps.keras import _keras3_bridge as keras3_bridge
 from tfps.keras import _keras3_patches as keras3_patches
 from tfps.keras import _saving as keras_saving
@@ -71,6 +72,10 @@ PATCHES = (
           "the same for set_weights"),
     Patch("tf_keras.Model", "fit", worker_cache_flush.flushing_worker_caches,
           "pushes the worker caches of a model's tables at every epoch's end"),
+    Patch("tf_keras.callbacks.BackupAndRestore", "on_train_begin",
+          incremental_backup.refusing_step_backups_under_pss,
+          "BackupAndRestore(save_freq=N), which tf_keras never runs under "
+          "ParameterServerStrategy, is refused for a model with tables, naming IncrementalBackup"),
     Patch("tf_keras.Model", "summary", keras_saving.with_table_lines,
           "lists each table's dim, rows and shards, which the parameter counts leave out"),
     Patch("tf_keras.Model", "_make_test_function_exact", exact_evaluation.building_metrics_first,
