@@ -71,7 +71,10 @@ class IncrementalBackup(keras.callbacks.BackupAndRestore):
       every_seconds: also back up at the first step end this long after the last backup.
       full_every: every this many backups is whole (a restore reads at most
         full_every - 1 backups of changes after it).
-      delete_checkpoint: delete the backups when `fit` ends normally.
+      delete_checkpoint: delete the backups when `fit` ends normally. Kept, they end at the
+        last backup taken, not at fit's end (fit takes none of its own there): a finished
+        program run again resumes there and trains the steps after it once more, unless
+        save_freq="epoch" backed up the last epoch's end.
     """
 
     def __init__(self, backup_dir, save_freq="epoch", every_seconds=None, full_every=10,
