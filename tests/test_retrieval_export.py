@@ -101,7 +101,7 @@ def test_an_export_that_is_not_committed_moves_no_chain(tmp_path):
     tfps.export.save_for_retrieval(table, str(tmp_path / "v1"))
     table.apply_gradients(np.arange(7), np.ones((7, 4), np.float32))
     # The op writes files but a failure before the commit (here: none is made) loses nothing.
-    rows, _, kind, _ = ops.tfps_table_export_for_retrieval(
+    rows, _, kind, _, _ = ops.tfps_table_export_for_retrieval(
         table.shards[0].resource_handle, str(tmp_path / "lost"), changes_only=True, chain="retrieval")
     assert (int(rows), int(kind)) == (7, 1)
     manifest = tfps.export.save_for_retrieval(table, str(tmp_path / "v2"), changes_only=True)
@@ -120,6 +120,37 @@ def test_a_table_without_a_known_chain_exports_whole_and_a_later_whole_shard_rep
     second = tfps.export.save_for_retrieval(table, str(tmp_path / "v2"), changes_only=True)
     assert [s["kind"] for s in second["shards"]] == ["changes", "whole", "changes"]
     assert_loads_as(table, str(tmp_path / "v1"), str(tmp_path / "v2"))
+
+
+def test_changes_given_out_of_order_or_after_a_gap_are_refused_naming_what_they_follow(tmp_path):
+    table = sharded()
+    table.find_or_insert(np.arange(100))
+    versions = [str(tmp_path / "items" / str(v)) for v in (8, 9, 10)]
+    tfps.export.save_for_retrieval(table, versions[0])
+    table.remove(np.arange(50))
+    manifest = tfps.export.save_for_retrieval(table, versions[1], changes_only=True)
+    assert all(s["follows"] == json.loads(open(os.path.join(versions[0], "retrieval.json")).read())["export_id"]
+               for s in manifest["shards"])
+    table.find_or_insert(np.arange(6, 8))  # back after their removal
+    table.remove(np.array([60]))
+    tfps.export.save_for_retrieval(table, versions[2], changes_only=True)
+    assert_loads_as(table, *versions)
+    # Sorted as strings, "10" comes before "9": in that order the index would keep key 60
+    # and lose keys 6 and 7; with version 9 left out it would keep the first 50 keys too.
+    with pytest.raises(ValueError, match=r"items/10 \(shard \d\) holds the changes since .*items/9, given later, "
+                                         r"not since .*items/8, which it is given after: give a whole export "
+                                         r"and then every export of changes of its chain, in the order they were written"):
+        tfps.export.load_for_retrieval(versions[0], versions[2], versions[1])
+    with pytest.raises(ValueError, match=r"items/10 \(shard \d\) holds the changes since an export not given, "
+                                         r"not since .*items/8"):
+        tfps.export.load_for_retrieval(versions[0], versions[2])
+    # A whole export resets every shard: changes after it apply from it alone.
+    tfps.export.save_for_retrieval(table, str(tmp_path / "whole"))
+    table.find_or_insert(np.arange(200, 210))
+    tfps.export.save_for_retrieval(table, str(tmp_path / "after_whole"), changes_only=True)
+    assert_loads_as(table, str(tmp_path / "whole"), str(tmp_path / "after_whole"))
+    with pytest.raises(ValueError, match="holds the changes since an export not given, not since .*items/10"):
+        tfps.export.load_for_retrieval(*versions, str(tmp_path / "after_whole"))
 
 
 def test_bad_exports_and_loads_are_refused_naming_the_problem(tmp_path):

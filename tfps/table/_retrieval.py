@@ -6,8 +6,9 @@ An export is a directory: per shard i of n, `shard-<i>-of-<n>.keys.npy` (int64 [
 (int64: the keys removed since the export before; empty in a whole one), written by
 Tfps>TableExportForRetrieval on the shard's device, so no row passes through the chief;
 then `retrieval.json`, written by the chief once every shard's files are in place: the
-dim, the number of shards and each shard's kind ("whole" or "changes") and counts. A
-directory without `retrieval.json` is an export that did not finish.
+dim, the number of shards, the export's id, and each shard's kind ("whole" or "changes"),
+counts and, for changes, the id of the export they follow (`follows`). A directory
+without `retrieval.json` is an export that did not finish.
 
 Exports of changes follow a chain (a name, "retrieval" by default): each holds the rows
 inserted or changed and the keys removed since the chain's last export, read from the
@@ -18,7 +19,8 @@ that cannot tell its changes (a fresh process, a restore or clear since) writes 
 Keys are the table's: for integer IDs looked up without a namespace they are the IDs;
 otherwise `tfps.keys.ids_to_keys(ids, namespace)` gives them. `np.load` reads every file,
 so a vector index needs neither TensorFlow nor tfps; `load_for_retrieval` applies a whole
-export and the changes after it in order.
+export and the changes after it in order, and refuses exports of changes given after any
+export but the one they follow (out of order, or one left out between them).
 """
 
 import json
@@ -73,15 +75,20 @@ def save_for_retrieval(table_or_layer, directory, changes_only=False, chain=DEFA
                 changes_only=bool(changes_only), chain=chain)
 
     written = on_every_shard([lambda i=i: export(i) for i in range(num_shards)])
-    manifest = {"format": 1, "dim": int(shards[0].dim), "num_shards": num_shards, "chain": chain,
-                "shards": [{"kind": _KINDS[int(kind)], "rows": int(rows), "removed": int(removed)}
-                           for rows, removed, kind, _ in written]}
+    export_id = random.getrandbits(62) + 1
+
+    def shard_entry(rows, removed, kind, follows):
+        entry = {"kind": _KINDS[int(kind)], "rows": int(rows), "removed": int(removed)}
+        return {**entry, "follows": int(follows)} if entry["kind"] == "changes" else entry
+
+    manifest = {"format": 2, "dim": int(shards[0].dim), "num_shards": num_shards, "chain": chain,
+                "export_id": export_id,
+                "shards": [shard_entry(rows, removed, kind, follows) for rows, removed, kind, _, follows in written]}
     with tf.io.gfile.GFile(os.path.join(directory, MANIFEST + ".tmp"), "w") as f:
         json.dump(manifest, f, indent=1)
     tf.io.gfile.rename(os.path.join(directory, MANIFEST + ".tmp"), os.path.join(directory, MANIFEST),
                        overwrite=True)
-    export_id = random.getrandbits(62) + 1
-    for shard, device, (_, _, _, stamp) in zip(shards, devices, written):
+    for shard, device, (_, _, _, stamp, _) in zip(shards, devices, written):
         with tf.device(device):
             ops.tfps_table_commit_save(shard.resource_handle, directory, export_id, stamp, chain=chain)
     return manifest
@@ -101,6 +108,25 @@ def _load_array(path):
         return np.load(f)
 
 
+def _check_each_follows_the_one_before(directories, manifests):
+    """Exports of changes apply only after the export they follow: given after any other,
+    they would keep rows removed since and lose rows changed in the export left out.
+    (Exports written before the manifest recorded ids, format 1, are not checked.)"""
+    for position in range(1, len(directories)):
+        before, manifest = manifests[position - 1], manifests[position]
+        for i, shard in enumerate(manifest["shards"]):
+            if shard["kind"] != "changes" or "follows" not in shard or "export_id" not in before:
+                continue
+            if shard["follows"] != before["export_id"]:
+                follows = [d for d, m in zip(directories, manifests) if m.get("export_id") == shard["follows"]]
+                where = (f"{follows[0]}, given later" if follows and directories.index(follows[0]) > position
+                         else "an export not given" if not follows else f"{follows[0]}")
+                raise ValueError(
+                    f"tfps.export.load_for_retrieval: {directories[position]} (shard {i}) holds the changes "
+                    f"since {where}, not since {directories[position - 1]}, which it is given after: give a "
+                    "whole export and then every export of changes of its chain, in the order they were written")
+
+
 def load_for_retrieval(*directories):
     """(keys int64 [n], vectors float32 [n, dim]) as of the last of `directories`: a whole
     export, then exports of changes of its chain in the order they were written. Keys
@@ -116,6 +142,7 @@ def load_for_retrieval(*directories):
                 f"tfps.export.load_for_retrieval: {directory} (dim {manifest['dim']}, chain "
                 f"{manifest['chain']!r}) does not follow {directories[0]} (dim {manifests[0]['dim']}, "
                 f"chain {manifests[0]['chain']!r}): exports of one table's chain only")
+    _check_each_follows_the_one_before(directories, manifests)
     dim = manifests[-1]["dim"]
     keys, vectors = np.zeros([0], np.int64), np.zeros([0, dim], np.float32)
     for position, (directory, manifest) in enumerate(zip(directories, manifests)):

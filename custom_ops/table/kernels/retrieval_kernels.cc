@@ -145,8 +145,10 @@ class TableExportForRetrievalOp : public OpKernel {
     }, "no file was written");
     if (!ctx->status().ok()) return;
     OP_REQUIRES_OK(ctx, status);
-    const int64_t outputs[] = {rows, removed, changes ? 1 : 0, stamp};
-    for (int i = 0; i < 4; ++i) {
+    // The export these changes follow, so that a reader can refuse them after any other.
+    const int64_t follows = changes ? static_cast<int64_t>(base.save_id) : 0;
+    const int64_t outputs[] = {rows, removed, changes ? 1 : 0, stamp, follows};
+    for (int i = 0; i < 5; ++i) {
       Tensor* out;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(i, TensorShape({}), &out));
       out->scalar<int64_t>()() = outputs[i];

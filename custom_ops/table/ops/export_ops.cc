@@ -84,6 +84,7 @@ REGISTER_OP("Tfps>TableExportForRetrieval")
     .Output("removed: int64")
     .Output("kind: int64")
     .Output("stamp: int64")
+    .Output("follows_export_id: int64")
     .Attr("changes_only: bool = false")
     .Attr("chain: string")
     .Attr("chunk_rows: int = 65536")
@@ -91,7 +92,7 @@ REGISTER_OP("Tfps>TableExportForRetrieval")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
-      for (int i = 0; i < 4; ++i) c->set_output(i, c->Scalar());
+      for (int i = 0; i < 5; ++i) c->set_output(i, c->Scalar());
       return absl::OkStatus();
     })
     .Doc(R"doc(
@@ -101,7 +102,8 @@ inserted or changed since the last export of `chain`, with `prefix.removed_keys.
 (int64 [r]) the keys removed since (empty for a whole export). Whole when the chain is
 unknown to the table or cannot tell every change. The chain moves on only when
 Tfps>TableCommitSave records this export (with its `stamp`), so a failed export loses
-nothing. Returns n, r, the kind (0: whole, 1: changes) and the stamp.
+nothing. Returns n, r, the kind (0: whole, 1: changes), the stamp and, for changes, the
+id of the export they follow (0 for a whole export).
 )doc");
 
 }  // namespace tfps
