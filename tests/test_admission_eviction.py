@@ -229,6 +229,26 @@ def test_a_row_cap_is_split_over_the_shards_and_keeps_the_recently_seen():
         ShardedTable(2, devices=["/CPU:0", "/CPU:0"], max_rows=1)
 
 
+@pytest.mark.parametrize("policy", [tfps.eviction.LRU(), None])
+def test_a_row_cap_evicts_a_steps_new_ids_before_the_hot_rows_that_step_trained(policy):
+    # 256 hot IDs, then 2,000 new ones, a step under a cap of 4,096 (16 rows a stripe):
+    # the hot rows and the new ones tie on recency at their step, and where a stripe's new
+    # rows filled it, a sample with no older row in it took hot rows before ties were
+    # broken by count. (A hot ID looked up after its stripe filled with new ones is the
+    # least recently seen row there, and goes as LRU says.)
+    table = tfps.DynamicTable(2, optimizer="sgd", max_rows=4096, eviction=policy)
+    hot = np.arange(256, dtype=np.int64) + (1 << 40)
+    table.find_or_insert(hot)  # seen once before: the hot rows count more than a new ID
+    table.apply_gradients(hot, np.zeros([len(hot), 2], np.float32), step=-1)
+    for step in range(12):
+        keys = np.concatenate([hot, np.arange(step * 2000, step * 2000 + 2000, dtype=np.int64)])
+        table.find_or_insert(keys)
+        table.apply_gradients(keys, np.zeros([len(keys), 2], np.float32), step=-1)
+        assert table.find(hot, return_exists=True)[1].numpy().all(), f"a hot row was evicted at step {step}"
+    stats = table.stats()
+    assert stats["rows"] == 4096 and stats["evicted"] == stats["admitted"] - 4096
+
+
 def test_table_stats_callback_logs_admission_and_eviction():
     ids, labels = skewed_data()
     model, layer, _ = build_model("sgd", admission=tfps.admission.MinCount(MIN_COUNT),

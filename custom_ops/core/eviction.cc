@@ -44,7 +44,10 @@ double Rank(const EvictionConfig& e, const RowView& row, int64_t clock) {
     case EvictionKind::kDecayedFrequency:
       return DecayedScore(*row.score, e.decay, row.header->last_step, clock);
     default:  // LRU; TTL ranks by recency too
-      return row.header->last_step;
+      // Rows seen at the same step tie on recency; the one seen more often ranks higher,
+      // so a step that inserts many new rows evicts one of them before a hot row it
+      // also touched. The fraction stays below 1 and never crosses a step.
+      return row.header->last_step + row.header->count / (row.header->count + 1.0);
   }
 }
 
