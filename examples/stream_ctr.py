@@ -221,7 +221,11 @@ def parse_arguments(argv=None):
     parser.add_argument("--whole_at_end", action="store_true", help="the last version is whole")
     parser.add_argument("--trained_log", default=None,
                         help="for examples/serve_stream.py: every task appends when it trained each batch")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for flag in ("examples", "chunk", "eval_examples"):
+        if getattr(args, flag) < args.batch_size:
+            parser.error(f"--{flag}={getattr(args, flag)} is less than one batch (--batch_size={args.batch_size})")
+    return args
 
 
 def main():
@@ -251,6 +255,9 @@ def main():
               flush=True)
     chunk_examples = chunk_batches * args.batch_size
     chunks = max(1, args.examples // chunk_examples)
+    if (chunks * chunk_examples, chunk_examples) != (args.examples, args.chunk):
+        print(f"training {chunks} chunks of {chunk_examples} examples ({chunk_batches} batches of "
+              f"{args.batch_size}): --examples and --chunk round down to whole batches", flush=True)
     chunk_log = ChunkLog(args, stream, table, writer, chunk_batches, eval_batches, clustered,
                          first_chunk, first_step, resumed=resume is not None)
     if args.serving_dir:

@@ -104,15 +104,21 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "tfps-criteo"))
-    parser.add_argument("--num_files", type=int, default=4)
-    parser.add_argument("--rows_per_file", type=int, default=25000)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch_size", type=int, default=1024)
-    parser.add_argument("--steps_per_epoch", type=int, default=0, help="default: one pass over the data")
-    parser.add_argument("--dim", type=int, default=16)
-    parser.add_argument("--learning_rate", type=float, default=0.3)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "tfps-criteo"),
+                        help="Criteo-format files (*.tsv, the last held out for evaluation); "
+                             "generated here when there are none")
+    parser.add_argument("--num_files", type=int, default=4, help="files to generate")
+    parser.add_argument("--rows_per_file", type=int, default=25000,
+                        help="examples per generated file; small runs learn little (the main "
+                             "job, scripts/demo.sh, trains on 3 x 100000 for 8 epochs)")
+    parser.add_argument("--epochs", type=int, default=3, help="passes over the training files")
+    parser.add_argument("--batch_size", type=int, default=1024, help="examples per step on each worker")
+    parser.add_argument("--steps_per_epoch", type=int, default=0, help="0: one pass over the data")
+    parser.add_argument("--dim", type=int, default=16, help="embedding width of every field")
+    parser.add_argument("--learning_rate", type=float, default=0.3,
+                        help="Adagrad's rate, for the table and the dense layers")
     parser.add_argument("--worker_cache_rows", type=int, default=None,
                         help="keep up to this many hot rows on each worker (docs/keras.md, "
                              "'A worker cache of hot rows'); needs --max_staleness_steps")
