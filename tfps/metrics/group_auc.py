@@ -30,10 +30,11 @@ class GroupAUC(base.Metric):
     Groups with only one class are left out, as is usual for GAUC; with no such group the
     result is 0.5. A group's positive and negative in the same bucket count one half, so
     a group's AUC is off by at most half the share of its pairs that share a bucket. A
-    group's predictions crowd together (around that user's click rate), so its buckets must
-    be finer than AUC's are for all examples: the default's 64 per octave of d are 0.0039
-    wide for p in [0.25, 0.5) and 1/64 of d below, and read GAUCs within 1e-3 of exact for
-    predictions spread by 0.02 around each user's rate (tests/test_metrics.py).
+    group's predictions crowd together (around that user's click rate), so coarse buckets
+    pull its AUC toward 0.5: the default's 64 per octave of d (AUC's has 1024) are 0.0039
+    wide for p in [0.25, 0.5), and in each octave below 1/64 of its lower end, and read
+    GAUCs within 1e-3 of exact for predictions spread by 0.02 around each user's rate
+    (tests/test_metrics.py).
 
     Memory: 8 * num_buckets bytes per group seen (16 KiB at the default); `result()` reads
     every bucket of every group. With many groups, fewer buckets cost accuracy as above
