@@ -118,13 +118,20 @@ def _check_each_follows_the_one_before(directories, manifests):
             if shard["kind"] != "changes" or "follows" not in shard or "export_id" not in before:
                 continue
             if shard["follows"] != before["export_id"]:
-                follows = [d for d, m in zip(directories, manifests) if m.get("export_id") == shard["follows"]]
-                where = (f"{follows[0]}, given later" if follows and directories.index(follows[0]) > position
-                         else "an export not given" if not follows else f"{follows[0]}")
                 raise ValueError(
                     f"tfps.export.load_for_retrieval: {directories[position]} (shard {i}) holds the changes "
-                    f"since {where}, not since {directories[position - 1]}, which it is given after: give a "
-                    "whole export and then every export of changes of its chain, in the order they were written")
+                    f"since {_export_named(shard['follows'], directories, manifests, position)}, not since "
+                    f"{directories[position - 1]}, which it is given after: give a whole export and then "
+                    "every export of changes of its chain, in the order they were written")
+
+
+def _export_named(export_id, directories, manifests, position):
+    """Which of `directories` wrote `export_id`, as an error about the export at `position`
+    says it: given earlier, given later, or not given at all."""
+    for index, (directory, manifest) in enumerate(zip(directories, manifests)):
+        if manifest.get("export_id") == export_id:
+            return f"{directory}, given later" if index > position else directory
+    return "an export not given"
 
 
 def load_for_retrieval(*directories):
