@@ -186,6 +186,21 @@ def test_fit_pushes_the_caches_before_the_users_epoch_end_callbacks():
     np.testing.assert_array_equal(seen[0], layer.table.find(np.sort(VOCAB)).numpy())
 
 
+def test_validation_inside_fit_reads_the_rows_with_the_epochs_last_cycle_pushed():
+    ids, labels = data()
+    x, y = ids.reshape(-1, ids.shape[-1]), labels.reshape(-1)
+    losses = {}
+    for cache in (None, 1000):
+        model, _, _ = build_model("sgd", worker_cache_rows=cache, max_staleness_steps=cache and 100)
+        model.compile(optimizer=KERAS_SGD["current"](), loss="mse")
+        history = model.fit(x, y, batch_size=ids.shape[1], shuffle=False, verbose=0, validation_data=(x, y))
+        losses[cache] = (history.history["val_loss"][0], model.evaluate(x, y, verbose=0))
+    # 20 steps inside one cycle of 101: without a push before validation, it would read
+    # the rows as initialized. With one worker and SGD the pushed sum is the 20 steps.
+    assert losses[1000][0] == pytest.approx(losses[1000][1], rel=1e-6)
+    assert losses[1000][0] == pytest.approx(losses[None][0], rel=1e-6)
+
+
 def test_a_flush_skips_a_worker_that_is_gone_and_pushes_the_others(caplog):
     ids, labels = data()
     model, layer, _ = build_model("sgd", worker_cache_rows=1000, max_staleness_steps=100)
@@ -232,6 +247,7 @@ def test_under_parameter_server_strategy_each_worker_caches_in_its_own_memory(ca
             "adagrad", *data(), np.array(trained["kernel0"]), trained["seed"], 2, capacity)
         assert_follows_simulation(trained["keys"], trained["values"], trained["slots"], rows, slots)
         np.testing.assert_allclose(trained["kernel"], kernel, rtol=2e-4, atol=2e-6)
+    assert out["fit_validation_loss"] == pytest.approx(out["evaluate_loss_after_fit"], rel=1e-6)
     # 20 steps in cycles of 3: the last two steps' rows wait on the worker, nowhere else.
     held = out["cached_rows_before_flush"]
     assert 0 < held["worker"] <= capacity

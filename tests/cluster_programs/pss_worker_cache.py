@@ -1,6 +1,7 @@
 """Run by tests/test_worker_cache.py: one worker, two PS. Trains tests/test_sparse_updates.py's
-model with a worker cache (max_staleness_steps=2) through model.fit and through a custom loop
-scheduled on the coordinator, and prints each table's rows and slots, the head, and where
+model with a worker cache (max_staleness_steps=2) through model.fit (with validation, which must
+read the rows with the epoch's last cycle pushed) and through a custom loop scheduled on
+the coordinator, and prints each table's rows and slots, the head, and where
 the custom loop's cache holds rows before its flush: one worker, so the steps run in order
 and the rows must follow the cache simulation exactly."""
 
@@ -43,9 +44,13 @@ def main():
             model.compile(optimizer=KERAS_SGD["current"](), loss="mse", steps_per_execution=4)
         kernel0 = head.kernel.numpy()[:, 0].copy()
         batches = lambda _: tf.data.Dataset.from_tensor_slices((ids, labels)).repeat()  # noqa: E731
-        model.fit(keras.utils.experimental.DatasetCreator(batches), epochs=1, steps_per_epoch=STEPS,
-                  verbose=0)
+        history = model.fit(keras.utils.experimental.DatasetCreator(batches), epochs=1, steps_per_epoch=STEPS,
+                            validation_data=keras.utils.experimental.DatasetCreator(batches),
+                            validation_steps=STEPS, verbose=0)
         out["fit"] = trained(layer, head, kernel0)
+        out["fit_validation_loss"] = history.history["val_loss"][0]
+        out["evaluate_loss_after_fit"] = model.evaluate(keras.utils.experimental.DatasetCreator(batches),
+                                                        steps=STEPS, verbose=0)
 
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         with strategy.scope():

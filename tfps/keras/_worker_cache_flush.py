@@ -1,7 +1,7 @@
 """model.fit pushes what the worker caches of a model's tables hold at the end of every
-epoch, before any of the user's callbacks run: checkpoints, backups, early stopping and
-exports made at an epoch's end see every gradient the epoch computed. (Validation inside
-fit runs before the epoch's end, on rows as the parameter servers hold them.)"""
+epoch, before its validation and before any of the user's callbacks run: validation,
+checkpoints, backups, early stopping and exports made at an epoch's end see every gradient
+the epoch computed."""
 
 import functools
 
@@ -18,15 +18,23 @@ def cached_layers(model):
 
 class FlushWorkerCaches(keras.callbacks.Callback):
     """Pushes the layers' worker caches at each epoch's end (fit has joined its steps
-    there, under ParameterServerStrategy too), at the learning rate of the step reached."""
+    there, under ParameterServerStrategy too), at the learning rate of the step reached.
+    fit's validation comes before on_epoch_end and hands evaluate fit's callbacks, so its
+    on_test_begin pushes first; the epoch's end then finds the caches empty."""
 
     def __init__(self, layers):
         super().__init__()
         self._layers = layers
 
-    def on_epoch_end(self, epoch, logs=None):
+    def _push(self):
         for layer in self._layers:
             layer.flush_worker_cache(self.model.optimizer.iterations)
+
+    def on_test_begin(self, logs=None):
+        self._push()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._push()
 
 
 def flushing_worker_caches(original):
