@@ -6,7 +6,8 @@ and the multiset of records the workers evaluated, as JSON.
 Paths: "whole" and "partitioned" (evaluate with steps=, the metric variables whole or split
 over 2 PS), "exact" (evaluate with pss_evaluation_shards after a fit), "exact_fresh" (the
 same on a freshly compiled model, no fit before), "validation" (fit's validation_data with
-pss_evaluation_shards; the last epoch's val_ results)."""
+pss_evaluation_shards; the last epoch's val_ results). The exact paths first give steps
+(validation_steps) over repeating data, which must be refused."""
 
 import json
 import os
@@ -86,6 +87,18 @@ def main():
                                    tfps.metrics.BinaryLogLoss(), tfps.metrics.CalibrationRatio()],
                           pss_evaluation_shards=4 if exact else 0)
         every_id_once = keras.utils.experimental.DatasetCreator(finite_dataset_fn)
+        refusals = {}
+        if exact:  # steps over repeating data: exact evaluation would ignore them and never end
+            repeating = keras.utils.experimental.DatasetCreator(dataset_fn)
+            try:
+                if path == "validation":
+                    model.fit(repeating, epochs=1, steps_per_epoch=2, validation_data=repeating,
+                              validation_steps=3, verbose=0)
+                else:
+                    model.evaluate(repeating, steps=3, verbose=0)
+            except ValueError as e:
+                refusals[path] = str(e)
+            refusals["steps_run_before"] = int(model._train_counter.numpy())  # pylint: disable=protected-access
         if path == "validation":
             history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=2,
                                 validation_data=every_id_once, verbose=0).history
@@ -108,7 +121,7 @@ def main():
     json.dump({"results": results, "record_counts": record_counts,
                "steps": -(-NUM_IDS // BATCH) if exact else STEPS, "batch": BATCH,
                "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards,
-               "group_auc_buckets": group_buckets},
+               "group_auc_buckets": group_buckets, "refusals": refusals},
               sys.stdout)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be stopped; end the process without waiting

@@ -6,7 +6,14 @@ compiled or freshly loaded model's evaluate fails there with "'NoneType' object 
 iterable", whatever its metrics. tfps.keras._patches builds them first, from the outputs of a model
 whose outputs are known (functional and Sequential models); other models get an error that
 says what to run first.
+
+Exact evaluation also runs one step per shard, each reading its shard to the end, and
+ignores evaluate's `steps` (fit's `validation_steps`): over a repeating dataset it never
+returns. tfps refuses `steps` there, naming both ways out.
 """
+
+import functools
+import inspect
 
 
 def _build_compiled_metrics(model):
@@ -32,3 +39,41 @@ def building_metrics_first(make_test_function_exact):
         _build_compiled_metrics(self)
         return make_test_function_exact(self)
     return make
+
+
+def _refuse_steps(model, name, steps):
+    shards = getattr(model, "_pss_evaluation_shards", 0)
+    # As tf_keras picks exact evaluation (Model._get_test_function_runner).
+    if steps is not None and shards and model.distribute_strategy._should_use_with_coordinator:  # pylint: disable=protected-access
+        raise ValueError(
+            f"model '{model.name}' is compiled with pss_evaluation_shards={shards}, so under "
+            f"ParameterServerStrategy evaluation reads every shard of the data to its end and {name}={steps} "
+            "would be ignored (over a repeating dataset it would never end): give finite data and no "
+            f"{name}, or compile with pss_evaluation_shards=0 to evaluate {name} batches")
+
+
+def refusing_steps(evaluate):
+    """Model.evaluate (tfps.keras._patches)."""
+    signature = inspect.signature(evaluate)
+
+    @functools.wraps(evaluate)
+    def wrapped(self, *args, **kwargs):
+        _refuse_steps(self, "steps", signature.bind(self, *args, **kwargs).arguments.get("steps"))
+        return evaluate(self, *args, **kwargs)
+
+    return wrapped
+
+
+def refusing_validation_steps(fit):
+    """Model.fit (tfps.keras._patches): refused before the first step, where a refusal inside
+    fit's validation would leave tf_keras' cached validation data behind."""
+    signature = inspect.signature(fit)
+
+    @functools.wraps(fit)
+    def wrapped(self, *args, **kwargs):
+        arguments = signature.bind(self, *args, **kwargs).arguments
+        if arguments.get("validation_data") is not None:
+            _refuse_steps(self, "validation_steps", arguments.get("validation_steps"))
+        return fit(self, *args, **kwargs)
+
+    return wrapped

@@ -70,8 +70,10 @@ PATCHES = (
     Patch("tf_keras.Model", "set_weights",
           functools.partial(keras_saving.warning_dense_only, what="sets"),
           "the same for set_weights"),
-    Patch("tf_keras.Model", "fit", worker_cache_flush.flushing_worker_caches,
-          "pushes the worker caches of a model's tables at every epoch's end"),
+    Patch("tf_keras.Model", "fit",
+          lambda fit: exact_evaluation.refusing_validation_steps(worker_cache_flush.flushing_worker_caches(fit)),
+          "pushes the worker caches of a model's tables before each epoch's validation and end, "
+          "and refuses validation_steps with exact evaluation under ParameterServerStrategy"),
     Patch("tf_keras.callbacks.BackupAndRestore", "on_train_begin",
           incremental_backup.refusing_step_backups_under_pss,
           "BackupAndRestore(save_freq=N), which tf_keras never runs under "
@@ -80,6 +82,9 @@ PATCHES = (
           "lists each table's dim, rows and shards, which the parameter counts leave out"),
     Patch("tf_keras.Model", "_make_test_function_exact", exact_evaluation.building_metrics_first,
           "builds compiled metrics before exact evaluation (pss_evaluation_shards) clones them"),
+    Patch("tf_keras.Model", "evaluate", exact_evaluation.refusing_steps,
+          "refuses steps with exact evaluation under ParameterServerStrategy, which ignores them "
+          "and never ends over repeating data"),
     Patch("tensorflow.IndexedSlices", "__add__", accumulation.refusing_table_gradient_add,
           "`+` on a table's gradient fails naming tfps.GradientAccumulator", adds=True),
     Patch("tensorflow.python.checkpoint.checkpoint_management", "_delete_file_if_exists",
