@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 import build_config
 from tests import reference
@@ -42,22 +41,55 @@ def test_bazel_and_pip_builds_use_the_same_compile_flags():
     assert re.findall(r'"([^"]+)"', block) == build_config.CXXFLAGS
 
 
+BAZEL_CACHE_LIMIT_BYTES = 1 << 30  # about a hundred builds of this tree
+
+
+def bazel_disk_cache():
+    """Where Bazel keeps its action outputs between runs, as the pip build keeps objects:
+    $TFPS_BAZEL_CACHE (empty: keep none), by default ~/.cache/tfps/bazel. Emptied whole once
+    it passes BAZEL_CACHE_LIMIT_BYTES: Bazel's own disk cache never shrinks."""
+    path = os.environ.get("TFPS_BAZEL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "tfps", "bazel"))
+    if path and os.path.isdir(path):
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+        if size > BAZEL_CACHE_LIMIT_BYTES:
+            shutil.rmtree(path)
+    return path
+
+
 @skip_without_tool("bazel", "scripts/test.sh installs Debian's bazel-bootstrap")
-def test_bazel_builds_a_library_that_tensorflow_loads_and_runs():
+def test_bazel_builds_a_library_that_tensorflow_loads_and_runs(tmp_path):
     env = dict(os.environ, PYTHON_BIN_PATH=sys.executable)
+    # Bazel's tree for this run lives under tmp_path and goes when the test ends, with no
+    # convenience links left in the checkout: a tree per checkout (each of CI's clones)
+    # would stay behind in ~/.cache/bazel, over a GiB of sandboxes each.
+    startup = ["bazel", f"--output_base={tmp_path / 'bazel'}"]
+    cache = bazel_disk_cache()
+    options = ["--symlink_prefix=/"] + ([f"--disk_cache={cache}"] if cache else [])
     targets = [["build", "//:tfps_ops"], ["test", "//:core_tests"]]
     if shutil.which("nvcc"):
         # What --config=cuda adds to //:tfps_ops, built in this configuration: another
         # configuration would build the op library over again.
         targets.append(["build", "//custom_ops:gpu_table_cuda", "//custom_ops:gpu_ops_cuda"])
-    for target in targets:
-        run = subprocess.run(["bazel", *target], cwd=ROOT, capture_output=True, text=True, timeout=1500,
-                             env=env)
-        assert run.returncode == 0, run.stderr[-4000:]
-    library = os.path.join(ROOT, "bazel-bin", "custom_ops", "_tfps_ops.so")
-    if shutil.which("nvcc"):
-        assert os.path.getsize(os.path.join(ROOT, "bazel-bin", "custom_ops", "gpu_table.cu.o")) > 0
-        assert os.path.getsize(os.path.join(ROOT, "bazel-bin", "custom_ops", "_tfps_gpu_ops.so")) > 0
+
+    def bazel(command, *arguments):
+        return subprocess.run([*startup, command, *options, *arguments], cwd=ROOT, capture_output=True,
+                              text=True, timeout=1500, env=env)
+
+    try:
+        for command, *arguments in targets:
+            run = bazel(command, *arguments)
+            assert run.returncode == 0, run.stderr[-4000:]
+        bin_dir = bazel("info", "bazel-bin").stdout.strip()
+        library = os.path.join(bin_dir, "custom_ops", "_tfps_ops.so")
+        if shutil.which("nvcc"):
+            assert os.path.getsize(os.path.join(bin_dir, "custom_ops", "gpu_table.cu.o")) > 0
+            assert os.path.getsize(os.path.join(bin_dir, "custom_ops", "_tfps_gpu_ops.so")) > 0
+        check_library(library)
+    finally:
+        subprocess.run([*startup, "clean", "--expunge"], cwd=ROOT, capture_output=True, timeout=300, env=env)
+
+
+def check_library(library):
     check = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "bazel_op_check.py"), library],
                            capture_output=True, text=True, timeout=300,
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
