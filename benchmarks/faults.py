@@ -15,7 +15,9 @@ with exit code 0 and the job's last line printed (train_ctr's final eval, stream
 of stream), and every serving version the stream wrote must load and serve; every
 restore must equal, row by row (keys, values, slots, metadata), the backup it came from,
 restored again here into a one-shard table; at most one backup interval (plus one block of
-steps) may be lost per restore; and no process of the launch may be left. Prints one JSON
+steps) may be lost per restore; a lost parameter server must restart the whole cluster,
+with the terminal saying where the chief's errors are (and a stopped one be reported
+silent and killed); and no process of the launch may be left. Prints one JSON
 line per round and a markdown table; exits 1 if any round failed.
 """
 
@@ -245,19 +247,29 @@ def run_round(kind, job, index, rng, work, data_dir):
     # A lost task's errors stay in the chief's log: the terminal shows none of them.
     result["traceback_shown"] = "Traceback" in (stdout or "")
     launcher_log = os.path.join(out, "logs", "launcher.log")
-    result["reported_hung"] = False
+    said = ""
     if os.path.exists(launcher_log):
         with open(launcher_log) as f:
-            result["reported_hung"] = "has not answered for" in f.read()
+            said = f.read()
+    result["reported_hung"] = "has not answered for" in said
+    # A lost parameter server restarts the whole cluster, and the terminal (the launcher's
+    # stderr) says where the chief's errors about it are, instead of showing them.
+    with open(os.path.join(out, "launcher.out")) as f:
+        terminal = f.read()
+    result["restart_explained"] = ("restarting the whole cluster" in terminal
+                                   and "the chief's errors about it are in" in terminal)
     result["left_behind"] = sorted(processes_gone(launch_id))
     result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(job, report)
     result["steps_lost"] = steps_lost(job, report)
     if job.name == "stream_ctr":
         result["versions"], result["versions_serving"] = versions_serving(os.path.join(out, "serving"))
     # A SIGKILLed parameter server is seen to exit, a SIGSTOPped one found silent.
-    hang_found_right = kind not in ("ps", "stopped_ps") or result["reported_hung"] == (kind == "stopped_ps")
+    hang_found_right = kind not in ("ps", "stopped_ps") or (
+        result["reported_hung"] == (kind == "stopped_ps")
+        and f"{result.get('fault', '?')[:4]} exited with code -9" in said)
+    ps_lost = kind in ("ps", "stopped_ps", "mid_restore")  # each loses a parameter server first
     result["ok"] = (result["rc"] == 0 and result["finished"] and not result["traceback_shown"]
-                    and hang_found_right
+                    and hang_found_right and (result["restart_explained"] or not ps_lost)
                     and not result["left_behind"]
                     and result["rows_differing"] == 0 and "error" not in result
                     and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])

@@ -1,7 +1,9 @@
 """benchmarks/faults.py's rounds: the main job or the streaming example under tfps-launch
 with a task killed (or stopped) at a random moment, once per fault kind. Each must end with
 exit code 0 and the job's last line, every restore equal row by row to the backup it came
-from, at most one backup interval lost per restore, and no process left behind."""
+from, at most one backup interval lost per restore, a lost parameter server restarting the
+whole cluster with the terminal saying where the chief's errors are (a stopped one found
+silent and killed first), and no process left behind."""
 
 import json
 import random
