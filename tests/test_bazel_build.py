@@ -58,7 +58,9 @@ def bazel_disk_cache():
 
 @skip_without_tool("bazel", "scripts/test.sh installs Debian's bazel-bootstrap")
 def test_bazel_builds_a_library_that_tensorflow_loads_and_runs(tmp_path):
-    env = dict(os.environ, PYTHON_BIN_PATH=sys.executable)
+    # Resolved, so that `python` and `python3` give Bazel's actions (whose keys hold it) one
+    # environment and the disk cache one entry.
+    env = dict(os.environ, PYTHON_BIN_PATH=os.path.realpath(sys.executable))
     # Bazel's tree for this run lives under tmp_path and goes when the test ends, with no
     # convenience links left in the checkout: a tree per checkout (each of CI's clones)
     # would stay behind in ~/.cache/bazel, over a GiB of sandboxes each.
