@@ -91,13 +91,18 @@ def compile_in_parallel(commands, cwd=None, cache_dir=None):
         _prune_cache(cache_dir)
 
 
-def object_cache_dir():
-    """Where the pip build keeps compiled objects between builds: $TFPS_OBJECT_CACHE
-    (empty: keep none), by default ~/.cache/tfps/objects."""
+def cache_dir(variable, name):
+    """Where a build keeps its outputs between builds: $`variable` (empty: keep none), by
+    default ~/.cache/tfps/`name`."""
     import os
 
-    path = os.environ.get("TFPS_OBJECT_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "tfps", "objects"))
+    path = os.environ.get(variable, os.path.join(os.path.expanduser("~"), ".cache", "tfps", name))
     return path or None
+
+
+def object_cache_dir():
+    """Where the pip build keeps compiled objects between builds: $TFPS_OBJECT_CACHE."""
+    return cache_dir("TFPS_OBJECT_CACHE", "objects")
 
 
 def _preprocessing_keys_objects(command):

@@ -134,24 +134,27 @@ def kill(launch_id, name, sig=signal.SIGKILL):
 
 
 def inject(kind, job, rng, launch_id, report, launcher):
-    """Waits for the moment of `kind`'s fault and causes it; returns what was done."""
+    """Waits for the moment of `kind`'s fault and causes it; returns (what was done, the
+    task signalled first)."""
     progress = os.path.join(report, "progress-0")
     # A random moment after the first backups: between 1.5 intervals and 2/3 of the steps.
     moment = rng.randint(BACKUP_EVERY + BACKUP_EVERY // 2, 2 * job.epochs * job.steps_per_epoch // 3)
     if kind in ("ps", "worker", "chief", "stopped_ps", "mid_restore"):
         wait_for(lambda: (read_int(progress) or 0) >= moment, 600, f"step {moment}", launcher)
         if kind == "stopped_ps":
-            return kill(launch_id, f"ps_{rng.randint(0, 1)}", signal.SIGSTOP)
+            name = f"ps_{rng.randint(0, 1)}"
+            return kill(launch_id, name, signal.SIGSTOP), name
         name = {"ps": f"ps_{rng.randint(0, 1)}", "worker": f"worker_{rng.randint(0, 1)}",
                 "chief": "chief_0", "mid_restore": f"ps_{rng.randint(0, 1)}"}[kind]
         done = kill(launch_id, name)
         if kind != "mid_restore":
-            return done
+            return done, name
         wait_for(lambda: os.path.exists(os.path.join(report, "holding-restore")), 600,
                  "the restarted cluster's restore", launcher)
-        return done + " then, mid-restore, " + kill(launch_id, rng.choice(["chief_0", "ps_0", "ps_1"]))
+        return done + " then, mid-restore, " + kill(launch_id, rng.choice(["chief_0", "ps_0", "ps_1"])), name
     wait_for(lambda: os.path.exists(os.path.join(report, "holding-backup")), 600, "the 3rd backup", launcher)
-    return "mid-backup " + kill(launch_id, rng.choice(["chief_0", "ps_0", "ps_1"]))
+    name = rng.choice(["chief_0", "ps_0", "ps_1"])
+    return "mid-backup " + kill(launch_id, name), name
 
 
 def compare_restores(job, report):
@@ -234,7 +237,7 @@ def run_round(kind, job, index, rng, work, data_dir):
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
     result = {"job": job.name, "kind": kind, "round": index}
     try:
-        result["fault"] = inject(kind, job, rng, launch_id, report, launcher)
+        result["fault"], result["signalled"] = inject(kind, job, rng, launch_id, report, launcher)
         stdout, _ = launcher.communicate(timeout=900)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         launcher.kill()
@@ -266,7 +269,7 @@ def run_round(kind, job, index, rng, work, data_dir):
     # A SIGKILLed parameter server is seen to exit, a SIGSTOPped one found silent.
     hang_found_right = kind not in ("ps", "stopped_ps") or (
         result["reported_hung"] == (kind == "stopped_ps")
-        and f"{result.get('fault', '?')[:4]} exited with code -9" in said)
+        and f"{result.get('signalled')} exited with code -9" in said)
     ps_lost = kind in ("ps", "stopped_ps", "mid_restore")  # each loses a parameter server first
     result["ok"] = (result["rc"] == 0 and result["finished"] and not result["traceback_shown"]
                     and hang_found_right and (result["restart_explained"] or not ps_lost)

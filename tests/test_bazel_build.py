@@ -46,9 +46,9 @@ BAZEL_CACHE_LIMIT_BYTES = 1 << 30  # about a hundred builds of this tree
 
 def bazel_disk_cache():
     """Where Bazel keeps its action outputs between runs, as the pip build keeps objects:
-    $TFPS_BAZEL_CACHE (empty: keep none), by default ~/.cache/tfps/bazel. Emptied whole once
-    it passes BAZEL_CACHE_LIMIT_BYTES: Bazel's own disk cache never shrinks."""
-    path = os.environ.get("TFPS_BAZEL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "tfps", "bazel"))
+    $TFPS_BAZEL_CACHE, by default ~/.cache/tfps/bazel. Emptied whole once it passes
+    BAZEL_CACHE_LIMIT_BYTES: Bazel's own disk cache never shrinks."""
+    path = build_config.cache_dir("TFPS_BAZEL_CACHE", "bazel")
     if path and os.path.isdir(path):
         size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
         if size > BAZEL_CACHE_LIMIT_BYTES:
@@ -81,7 +81,9 @@ def test_bazel_builds_a_library_that_tensorflow_loads_and_runs(tmp_path):
         for command, *arguments in targets:
             run = bazel(command, *arguments)
             assert run.returncode == 0, run.stderr[-4000:]
-        bin_dir = bazel("info", "bazel-bin").stdout.strip()
+        info = bazel("info", "bazel-bin")
+        assert info.returncode == 0, info.stderr[-4000:]
+        bin_dir = info.stdout.strip()
         check_library(os.path.join(bin_dir, "custom_ops", "_tfps_ops.so"))
     finally:
         subprocess.run([*startup, "clean", "--expunge"], cwd=ROOT, capture_output=True, timeout=300, env=env)

@@ -19,8 +19,8 @@ def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
     assert out["auc_histogram_parts"] == (2 if layout == "partitioned" else 1)
     if layout in ("exact", "exact_fresh", "validation"):
         steps = "validation_steps=3" if layout == "validation" else "steps=3"
-        assert "pss_evaluation_shards=4" in out["refusals"][layout] and steps in out["refusals"][layout]
-        assert out["refusals"]["steps_run_before"] == 0  # fit refuses validation_steps before a step
+        assert "pss_evaluation_shards=4" in out["refusal"] and steps in out["refusal"]
+        assert out["steps_run_before_refusal"] == 0  # fit refuses validation_steps before a step
     counts = np.array(out["record_counts"])
     # Every evaluated record was counted once in the shared state, whichever worker ran it.
     if layout in ("exact", "exact_fresh", "validation"):

@@ -87,7 +87,7 @@ def main():
                                    tfps.metrics.BinaryLogLoss(), tfps.metrics.CalibrationRatio()],
                           pss_evaluation_shards=4 if exact else 0)
         every_id_once = keras.utils.experimental.DatasetCreator(finite_dataset_fn)
-        refusals = {}
+        refusal = steps_run_before_refusal = None
         if exact:  # steps over repeating data: exact evaluation would ignore them and never end
             repeating = keras.utils.experimental.DatasetCreator(dataset_fn)
             try:
@@ -97,8 +97,8 @@ def main():
                 else:
                     model.evaluate(repeating, steps=3, verbose=0)
             except ValueError as e:
-                refusals[path] = str(e)
-            refusals["steps_run_before"] = int(model._train_counter.numpy())  # pylint: disable=protected-access
+                refusal = str(e)
+            steps_run_before_refusal = int(model._train_counter.numpy())  # pylint: disable=protected-access
         if path == "validation":
             history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=2,
                                 validation_data=every_id_once, verbose=0).history
@@ -121,7 +121,8 @@ def main():
     json.dump({"results": results, "record_counts": record_counts,
                "steps": -(-NUM_IDS // BATCH) if exact else STEPS, "batch": BATCH,
                "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards,
-               "group_auc_buckets": group_buckets, "refusals": refusals},
+               "group_auc_buckets": group_buckets, "refusal": refusal,
+               "steps_run_before_refusal": steps_run_before_refusal},
               sys.stdout)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be stopped; end the process without waiting
