@@ -84,6 +84,12 @@ def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
 def test_sigterm_stops_every_task(tmp_path):
     proc, logs, pids = launch(tmp_path, "--steps", "1000", "--hold_at", "10")
     pids.wait_for(lambda started: set(started) >= TASKS, 120, "the cluster to start")
+    # The launcher's own process never loads TensorFlow (its tasks do): its import would
+    # delay every task's start.
+    with open(f"/proc/{proc.pid}/maps") as f:
+        assert "libtensorflow" not in f.read()
+    with open(f"/proc/{pids.values['ps_0']}/maps") as f:
+        assert "libtensorflow" in f.read()
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=120)
     assert proc.returncode == 130

@@ -48,19 +48,22 @@ _OLD_PATHS = {
     "tfps.incremental_backup": "tfps.keras._incremental_backup",
     "tfps.task_health": "tfps.cluster._task_health",
 }
-for _name, _path in _PUBLIC_MODULES.items():
-    globals()[_name] = _sys.modules[f"tfps.{_name}"] = _importlib.import_module(_path)
-for _old, _path in _OLD_PATHS.items():
-    globals()[_old[len("tfps."):]] = _sys.modules[_old] = _importlib.import_module(_path)
 
-from tfps import data  # noqa: E402
-from tfps import keras_layers  # noqa: E402
-from tfps import metrics  # noqa: E402
-from tfps.keras import _patches as patches  # noqa: E402
-from tfps.keras._accumulation import GradientAccumulator  # noqa: E402
-from tfps.table import DynamicTable, ShardedTable, TableRows  # noqa: E402
 
-patches.apply()
+def _in_the_launchers_process():
+    """The process of `tfps-launch` or `python -m tfps.launch` starts and watches the
+    tasks' processes and uses none of TensorFlow: importing it there (seconds of CPU) would
+    only delay every task's start and the message for a bad flag."""
+    if _os.path.basename(_sys.argv[0]) == "tfps-launch":
+        return True
+    if _sys.argv[0] != "-m":  # it is "-m" while runpy imports the package of -m's module
+        return False
+    argv = getattr(_sys, "orig_argv", [])
+    for i, argument in enumerate(argv[1:], 1):
+        if argument.startswith("-m"):
+            module = argument[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            return module in ("tfps.launch", "tfps.cluster.launch")
+    return False
 
 
 def _register_keras3_layer():
@@ -78,7 +81,21 @@ def _register_keras3_layer():
         _importlib.import_module("tfps.keras_layers.keras3")
 
 
-_register_keras3_layer()
+if not _in_the_launchers_process():
+    for _name, _path in _PUBLIC_MODULES.items():
+        globals()[_name] = _sys.modules[f"tfps.{_name}"] = _importlib.import_module(_path)
+    for _old, _path in _OLD_PATHS.items():
+        globals()[_old[len("tfps."):]] = _sys.modules[_old] = _importlib.import_module(_path)
+
+    from tfps import data
+    from tfps import keras_layers
+    from tfps import metrics
+    from tfps.keras import _patches as patches
+    from tfps.keras._accumulation import GradientAccumulator
+    from tfps.table import DynamicTable, ShardedTable, TableRows
+
+    patches.apply()
+    _register_keras3_layer()
 
 __version__ = "0.1.0"
 

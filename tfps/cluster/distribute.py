@@ -2,10 +2,11 @@
 
 import contextlib
 import os
-import socket
 import tempfile
 
 import tensorflow as tf
+
+from tfps.cluster._ports import free_ports
 
 # On a 2-core machine an in-process cluster deadlocks unless every server gets enough
 # inter-op threads: workers and parameter servers block threads waiting on each other.
@@ -17,21 +18,6 @@ def server_config():
     config = tf.compat.v1.ConfigProto()
     config.inter_op_parallelism_threads = SERVER_INTER_OP_THREADS
     return config
-
-
-def free_ports(n):
-    """n distinct free TCP ports on 127.0.0.1."""
-    sockets, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in sockets:
-            s.close()
-    return ports
 
 
 @contextlib.contextmanager

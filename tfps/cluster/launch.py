@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 
-from tfps.cluster.distribute import free_ports
+from tfps.cluster._ports import free_ports
 from tfps.cluster._task_health import HangWatch
 
 STOP_GRACE_SECONDS = 10
