@@ -53,23 +53,16 @@ def test_example_trains_evaluates_checkpoints_and_exports_locally(tmp_path):
     assert served.stdout.count("click probability") == 8
 
 
-def test_example_runs_on_a_launched_cluster(tmp_path):
-    out = run([sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2", "--log_dir",
-               str(tmp_path / "logs"), EXAMPLE, "--data_dir", str(tmp_path / "data"),
-               "--backup_dir", str(tmp_path / "backup"), *ARGS], tmp_path)
-    # Exact evaluation: each eval line once, whichever of the 2 workers reads it.
-    assert "eval over 3,000 examples: loss" in out
-    sizes = out.split("table sizes per PS shard: ")[1].split("\n")[0]
-    assert len(eval(sizes)) == 2 and min(eval(sizes)) > 0  # both PS tasks hold keys
-
-
 def test_example_runs_with_worker_caches_beside_backups_and_epoch_checkpoints(tmp_path):
+    """On a launched cluster with everything on (benchmarks/faults.py's rounds run it
+    plain, with faults)."""
     out = run([sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2", "--log_dir",
                str(tmp_path / "logs"), EXAMPLE, "--data_dir", str(tmp_path / "data"),
                "--backup_dir", str(tmp_path / "backup"), "--backup_every_steps", "2",
                "--checkpoint_dir", str(tmp_path / "ckpt"), "--worker_cache_rows", "50000",
                "--max_staleness_steps", "3", *ARGS], tmp_path)
+    # Exact evaluation: each eval line once, whichever of the 2 workers reads it.
     assert "eval over 3,000 examples: loss" in out
     sizes = eval(out.split("table sizes per PS shard: ")[1].split("\n")[0])
-    assert len(sizes) == 2 and min(sizes) > 0
+    assert len(sizes) == 2 and min(sizes) > 0  # both PS tasks hold keys
     assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith("weights-02")
