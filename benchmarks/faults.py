@@ -68,7 +68,7 @@ class Job:
 STREAM_CHUNK_STEPS = 40
 JOBS = {
     # 3 training files, the 4th evaluates.
-    "train": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "3"], 3,
+    "train": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "2"], 2,
                  3 * ROWS_PER_FILE // BATCH, "fields", "eval over"),
     "stream": Job("stream_ctr", ["--examples", str(6 * STREAM_CHUNK_STEPS * BATCH),
                                  "--chunk", str(STREAM_CHUNK_STEPS * BATCH), "--eval_examples", str(10 * BATCH)],
