@@ -64,3 +64,17 @@ def test_no_other_module_assigns_to_tensorflow_or_tf_keras():
                         assert not assignment.search(f.read()), os.path.join(directory, name)
     assert checked > 30  # every layer's modules
     assert tfps.keras._patches is patches
+
+
+def test_autograph_calls_tfps_code_as_it_is_and_still_converts_the_users():
+    from tensorflow.python.autograph.core import config
+    from tensorflow.python.autograph.impl import conversion
+
+    def users_function(x):
+        return x
+
+    patches.apply()
+    assert conversion.is_allowlisted(tfps.keras_layers.DynamicEmbedding.call)
+    assert conversion.is_allowlisted(tfps.ShardedTable.find)
+    assert not conversion.is_allowlisted(users_function)
+    assert sum(rule.matches("tfps") for rule in config.CONVERSION_RULES) == 1  # added once

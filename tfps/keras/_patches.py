@@ -10,7 +10,8 @@ never uses Keras 3 keeps it as it is. An owner or attribute that this TensorFlow
 or Keras lacks fails the import with an ImportError that
 names it, rather than a model that trains without its tables' updates. Besides the
 patches, two registrations go through TensorFlow's public hooks: the checkpoint saver of
-tables, and the conversion that refuses to densify a table's gradient.
+tables, and the conversion that refuses to densify a table's gradient; a third adds tfps to
+autograph's list of libraries it does not convert.
 """
 
 import dataclasses
@@ -154,6 +155,17 @@ def apply_patch(patch):
 _registered = []
 
 
+def _convert_no_tfps_code():
+    """Adds tfps to autograph's libraries that it calls as they are (TensorFlow's list,
+    which holds keras and tf_keras): tfps's code is graph code already, and converting it
+    cost several seconds of CPU in every process that builds a model with a table."""
+    from tensorflow.python.autograph.core import config
+
+    rule = config.DoNotConvert("tfps")
+    if not any(isinstance(r, config.DoNotConvert) and r.matches("tfps") for r in config.CONVERSION_RULES):
+        config.CONVERSION_RULES = (rule,) + tuple(config.CONVERSION_RULES)
+
+
 def apply():
     """Installs every patch and registration (idempotent)."""
     for patch in PATCHES:
@@ -162,6 +174,7 @@ def apply():
         checkpoint.register_saver()
         tf.register_tensor_conversion_function(tf.IndexedSlices, accumulation.refuse_densifying,
                                                priority=99)
+        _convert_no_tfps_code()
         _registered.append(True)
 
 
