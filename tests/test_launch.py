@@ -145,3 +145,49 @@ def test_bad_flags_are_refused_naming_them_before_any_task_starts(tmp_path):
                              env=dict(os.environ, PYTHONPATH=ROOT))
         assert run.returncode != 0 and message in run.stderr, (args, run.stderr[-2000:])
         assert "Traceback" not in run.stderr and "cluster" not in run.stderr, (args, run.stderr[-2000:])
+
+
+EXITING = os.path.join(ROOT, "tests", "cluster_programs", "exiting_program.py")
+
+
+def launch_exiting(tmp_path, flags=(), program=EXITING, program_args=()):
+    """Runs `program` (TensorFlow-free: these tests take seconds) under tfps-launch; returns
+    the run and the launcher's log."""
+    run = subprocess.run([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "2",
+                          "--log_dir", str(tmp_path / "logs"), *flags, program, *program_args],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    return run, (tmp_path / "logs" / "launcher.log").read_text()
+
+
+def test_workers_out_of_restarts_end_the_run_instead_of_leaving_the_chief_waiting(tmp_path):
+    run, said = launch_exiting(tmp_path, ["--max_worker_restarts", "1"],
+                               program_args=["--worker_exit_code", "5", "--chief_waits", "600"])
+    assert run.returncode == 1, run.stderr[-2000:]
+    for worker in ("worker_0", "worker_1"):
+        exited = f"{worker} exited with code 5 (the end of {worker}.log: {worker} started)"
+        assert f"{exited}; restarting it (restart 1 of 1)" in said
+        assert f"{exited}; no restarts of it left (--max_worker_restarts 1)" in said
+    assert "no worker is left to run the chief's steps; stopping the cluster" in said
+    assert "chief done" not in run.stdout  # stopped, not waited for
+
+
+def test_tasks_that_all_return_0_end_the_run_once_with_the_chiefs_exit_code(tmp_path):
+    run, said = launch_exiting(tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.count("chief done") == 1  # no restart ran the program again
+    assert "ps_0 exited with code 0; a parameter server's program normally serves" in said
+    assert "restart" not in said
+
+
+def test_a_parameter_server_that_fails_is_reported_with_the_end_of_its_log(tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import json, os\n"
+                      "if json.loads(os.environ['TF_CONFIG'])['task']['type'] == 'ps':\n"
+                      "    raise RuntimeError('no table for this shard')\n"
+                      "import time; time.sleep(600)\n")
+    run, said = launch_exiting(tmp_path, ["--max_restarts", "1"], program=str(broken))
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert ("ps_0 exited with code 1 (the end of ps_0.log: RuntimeError: no table for this shard); "
+            "restarting the whole cluster (restart 1 of 1)") in said
+    assert "RuntimeError: no table for this shard); no cluster restarts left" in said

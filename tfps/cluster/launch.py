@@ -269,10 +269,24 @@ def _lost_with_chief(code, others):
     does not, since it would fail again."""
     if code < 0:
         return f"the chief was killed by signal {-code}"
-    dead = [t.name for t in others if t.task_type == "ps" and t.poll() is not None]
+    dead = [t.name for t in others if t.task_type == "ps" and t.poll() not in (None, 0)]
     if code != 0 and dead:
         return f"{', '.join(dead)} died and the chief exited with code {code}"
     return None
+
+
+def _log_end(task, code):
+    """For a task that exited with an error of its own (not a signal): the last line of its
+    log, where a Python program's traceback ends with the error."""
+    if code is None or code <= 0:
+        return ""
+    try:
+        with open(task.log_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(task.log_path) - 4096))
+            lines = [line.strip() for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return f" (the end of {task.name}.log: {lines[-1][:300]})" if lines else ""
 
 
 def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts, restart, stopping,
@@ -289,6 +303,7 @@ def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts,
     addresses = {f"{job}_{i}": address for job in ("ps", "worker")
                  for i, address in enumerate(cluster[job])}
     watch = None
+    returned = set()  # tasks that exited and will not start again, already reported
     try:
         for task in others + [chief]:
             task.start()
@@ -304,27 +319,41 @@ def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts,
             # parameter server, and what it printed since is about that.
             for task in others:
                 code = task.poll()
-                if task.task_type == "ps" and code is not None:
+                if task.task_type == "ps" and code == 0 and task not in returned:
+                    # Restarting would only repeat it: the chief's end decides the run's.
+                    returned.add(task)
+                    note(f"{task.name} exited with code 0; a parameter server's program normally "
+                         f"serves until the cluster stops (as tfps.distribute.strategy_from_tf_config() "
+                         f"does), so the chief's steps may find it gone")
+                elif task.task_type == "ps" and code:
                     chief.hold_output_after(time.monotonic() - LOSS_MARGIN_SECONDS)
-                    return None, f"{task.name} exited with code {code}"
+                    return None, f"{task.name} exited with code {code}{_log_end(task, code)}"
             code = chief.poll()
             if code is not None:
                 lost = _lost_with_chief(code, others)
                 if lost is not None:
                     chief.hold_output_after(time.monotonic() - LOSS_MARGIN_SECONDS)
                 return code, lost
-            for task in others:
+            workers = [task for task in others if task.task_type == "worker"]
+            for task in workers:
                 code = task.poll()
-                if code is None:
+                if code is None or code == 0 or task in returned:
                     continue
-                if task.task_type != "worker" or code == 0 or task.restarts >= max_worker_restarts:
+                if task.restarts >= max_worker_restarts:
+                    returned.add(task)
+                    note(f"{task.name} exited with code {code}{_log_end(task, code)}; no restarts of it "
+                         f"left (--max_worker_restarts {max_worker_restarts})")
                     continue
                 task.restarts += 1
-                note(f"{task.name} exited with code {code}; restarting it "
+                note(f"{task.name} exited with code {code}{_log_end(task, code)}; restarting it "
                      f"(restart {task.restarts} of {max_worker_restarts})")
                 task.start()
                 if watch:
                     watch.forget(task)
+            if all(task.poll() is not None for task in workers) and returned & set(workers):
+                # The chief's steps would wait for a worker forever.
+                note("no worker is left to run the chief's steps; stopping the cluster")
+                return 1, None
             stopping.wait(0.2)  # wakes at once on Ctrl-C or SIGTERM
         note("interrupted; stopping every task")
         return 130, None
@@ -341,15 +370,16 @@ def main(argv=None):
     parser.add_argument("--num_workers", type=int, required=True)
     parser.add_argument("--evaluator", action="store_true")
     parser.add_argument("--log_dir")
-    parser.add_argument("--max_worker_restarts", type=int, default=3)
+    parser.add_argument("--max_worker_restarts", type=int, default=3,
+                        help="times each worker restarts on its own after it fails")
     parser.add_argument("--max_restarts", type=int, default=3,
                         help="times the whole cluster restarts after a parameter server dies or "
                              "the chief fails")
     parser.add_argument("--hang_timeout", type=float, default=30.0,
                         help="seconds a task may leave its status check unanswered (or stay "
                              "stopped) before it is killed and restarted; 0: never")
-    parser.add_argument("script")
-    parser.add_argument("args", nargs=argparse.REMAINDER)
+    parser.add_argument("script", help="the program every task runs (a .py file or an executable)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's own arguments (optional)")
     opts = parser.parse_args(argv)
     if not os.path.isfile(opts.script):
         parser.error(f"{opts.script} is not a file" if os.path.exists(opts.script)
