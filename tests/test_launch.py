@@ -153,6 +153,8 @@ EXITING = os.path.join(ROOT, "tests", "cluster_programs", "exiting_program.py")
 def launch_exiting(tmp_path, flags=(), program=EXITING, program_args=()):
     """Runs `program` (TensorFlow-free: these tests take seconds) under tfps-launch; returns
     the run and the launcher's log."""
+    if program == EXITING:
+        program_args = ["--ended_file", str(tmp_path / "ended"), *program_args]
     run = subprocess.run([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "2",
                           "--log_dir", str(tmp_path / "logs"), *flags, program, *program_args],
                          capture_output=True, text=True, timeout=120, cwd=ROOT,
@@ -162,7 +164,7 @@ def launch_exiting(tmp_path, flags=(), program=EXITING, program_args=()):
 
 def test_workers_out_of_restarts_end_the_run_instead_of_leaving_the_chief_waiting(tmp_path):
     run, said = launch_exiting(tmp_path, ["--max_worker_restarts", "1"],
-                               program_args=["--worker_exit_code", "5", "--chief_waits", "600"])
+                               program_args=["--worker_exit_code", "5", "--chief_deadline", "600"])
     assert run.returncode == 1, run.stderr[-2000:]
     for worker in ("worker_0", "worker_1"):
         exited = f"{worker} exited with code 5 (the end of {worker}.log: {worker} started)"
@@ -185,7 +187,9 @@ def test_a_parameter_server_that_fails_is_reported_with_the_end_of_its_log(tmp_p
     broken.write_text("import json, os\n"
                       "if json.loads(os.environ['TF_CONFIG'])['task']['type'] == 'ps':\n"
                       "    raise RuntimeError('no table for this shard')\n"
-                      "import time; time.sleep(600)\n")
+                      "import signal\n"
+                      "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+                      "signal.sigtimedwait({signal.SIGTERM}, 600)  # until the launcher stops it\n")
     run, said = launch_exiting(tmp_path, ["--max_restarts", "1"], program=str(broken))
     assert run.returncode == 1, run.stderr[-2000:]
     assert ("ps_0 exited with code 1 (the end of ps_0.log: RuntimeError: no table for this shard); "
