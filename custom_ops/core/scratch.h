@@ -30,6 +30,9 @@ struct GroupedKeys {
 class ScratchPool {
  public:
   static constexpr size_t kMaxPooled = 2;
+  // A larger scratch (a restore removing a whole saved shard's keys, say) is freed when
+  // its call ends: kept, it would hold 24 bytes per key of that call for the process's life.
+  static constexpr int64_t kMaxPooledKeys = int64_t{1} << 22;
 
   std::unique_ptr<GroupedKeys> Acquire(int64_t n) {
     std::unique_ptr<GroupedKeys> scratch;
@@ -46,6 +49,7 @@ class ScratchPool {
   }
 
   void Release(std::unique_ptr<GroupedKeys> scratch) {
+    if (scratch->capacity > kMaxPooledKeys) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (pool_.size() < kMaxPooled) pool_.push_back(std::move(scratch));
   }

@@ -313,6 +313,7 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
     });
   };
   if (inserts) {
+    clear_gate_.WaitWhileClearing();
     // Every stripe makes room first; one that cannot (the pool's threads must not throw)
     // is recorded, and every reservation made is handed back before anything is written.
     std::vector<uint8_t> prepared(num_items, 0);
@@ -585,7 +586,12 @@ void Table::Clear(bool keep_memory) {
   // Row memory is shared by all stripes, so all of them are held while it is released.
   // Other calls take one stripe lock at a time, so taking them all in order cannot deadlock.
   // A call between making room (PrepareInserts) and writing counts on that room, so the
-  // clear waits until no stripe has any reserved.
+  // clear waits until no stripe has any reserved, holding back calls that would reserve.
+  clear_gate_.Close();
+  struct Reopen {
+    ClearGate& gate;
+    ~Reopen() { gate.Open(); }
+  } reopen{clear_gate_};
   std::vector<std::unique_lock<std::shared_mutex>> locks;
   locks.reserve(stripes_.size());
   for (;;) {

@@ -25,6 +25,7 @@
 #define TFPS_CORE_TABLE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -334,8 +335,33 @@ class Table {
   void WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key,
                  const ParallelFor& parallel_for, Write&& write);
 
+  // Holds calls that would insert while a clear waits, so the clear waits only for those
+  // already between making room and writing, not for a gap in a stream of them.
+  class ClearGate {
+   public:
+    void WaitWhileClearing() {
+      if (clears_.load() == 0) return;
+      std::unique_lock<std::mutex> lock(mu_);
+      open_.wait(lock, [&] { return clears_.load() == 0; });
+    }
+    void Close() { clears_.fetch_add(1); }
+    void Open() {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        clears_.fetch_sub(1);
+      }
+      open_.notify_all();
+    }
+
+   private:
+    std::atomic<int> clears_{0};
+    std::mutex mu_;
+    std::condition_variable open_;
+  };
+
   TableConfig config_;
   size_t row_bytes_;
+  mutable ClearGate clear_gate_;
   RegionAllocator row_memory_;
   // The row bytes a clear that kept its memory left backed, for RowMemoryBytes.
   std::atomic<int64_t> recycled_row_bytes_{0};

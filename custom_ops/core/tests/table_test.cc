@@ -16,6 +16,7 @@
 #include "custom_ops/core/block_cache.h"
 #include "custom_ops/core/crc32c.h"
 #include "custom_ops/core/memory.h"
+#include "custom_ops/core/scratch.h"
 #include "custom_ops/core/stripe.h"
 #include "custom_ops/core/table.h"
 #include "custom_ops/core/tests/test_util.h"
@@ -883,6 +884,49 @@ void TestCrc32cKnownValuesAndExtension() {
 }
 
 }  // namespace
+void TestClearWaitsOnlyForTheInsertsInFlight() {
+  // Writers insert without pause. A clear used to wait for a moment when none of them held
+  // room in any stripe, which a steady stream seldom leaves, while their calls went on.
+  Table t(Config(4, OptimizerKind::kSgd, InitializerKind::kZeros, 3));
+  constexpr int kWriters = 4, kClears = 5;
+  std::atomic<bool> running{true};
+  std::atomic<int64_t> calls{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      std::vector<uint64_t> keys(16384);
+      std::vector<float> out(keys.size() * 4);
+      for (uint64_t r = 0; running.load(); ++r) {
+        for (size_t i = 0; i < keys.size(); ++i) keys[i] = ((r * keys.size() + i) * kWriters + w) % 1000003;
+        t.FindOrInsert(keys.data(), keys.size(), out.data(), kSerial);
+        calls.fetch_add(1);
+      }
+    });
+  }
+  while (calls.load() < 4 * kWriters) std::this_thread::yield();
+  int64_t during_clears = 0;
+  for (int c = 0; c < kClears; ++c) {
+    const int64_t before = calls.load();
+    t.Clear();
+    during_clears += calls.load() - before;
+  }
+  running.store(false);
+  for (auto& w : writers) w.join();
+  // Each writer finishes the call it is in; a call it starts after that waits. The slack
+  // covers calls finished while this thread was descheduled around the clear.
+  std::printf("writer calls finished during %d clears: %lld\n", kClears, static_cast<long long>(during_clears));
+  CHECK_TRUE(during_clears <= kClears * 4 * kWriters);
+}
+
+void TestScratchPoolKeepsOnlyModestScratch() {
+  ScratchPool pool;
+  pool.Release(pool.Acquire(1000));
+  CHECK_TRUE(pool.Acquire(16)->capacity == 1000);  // reused
+  // A restore's removal of a whole shard's keys must not pin its scratch for good.
+  pool.Release(pool.Acquire(ScratchPool::kMaxPooledKeys + 1));
+  CHECK_TRUE(pool.Acquire(16)->capacity == 16);
+}
+
 }  // namespace tfps
 
 int main() {
@@ -910,5 +954,7 @@ int main() {
   tfps::TestConcurrentStressMatchesReplay();
   tfps::TestEveryOperationAtOnceMatchesASerialReplay();
   tfps::TestClearDuringEveryOtherOperationLeavesAConsistentTable();
+  tfps::TestClearWaitsOnlyForTheInsertsInFlight();
+  tfps::TestScratchPoolKeepsOnlyModestScratch();
   return tfps::Report("table_test");
 }
