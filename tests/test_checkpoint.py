@@ -6,9 +6,11 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 
 import tfps
 from tests.table_rows import assert_same_rows, sorted_rows
+from tfps.keras_layers import DynamicEmbedding
 from tfps.table.sharded_table import ShardedTable
 
 DIM = 4
@@ -295,6 +297,34 @@ def test_changes_restored_out_of_order_or_without_their_whole_save_are_refused(t
     for path in chain:
         tf.train.Checkpoint(table=again).read(path)
     assert_same_rows(sorted_rows(again), sorted_rows(restored))
+
+
+def test_exports_between_restores_leave_the_next_changes_restorable(tmp_path):
+    """A process that follows a training job's checkpoints and exports after each restore:
+    an export for serving or retrieval changes no row, so the changes after the restored
+    checkpoint still follow the table (and a checkpoint saved there is still its state)."""
+    source = DynamicEmbedding(DIM, name="items")
+    source.build(None)
+    trained_table(source.table)
+    writer = tfps.checkpoint.TracedWriter(tf.train.Checkpoint(table=source.table))
+    chain = [writer.write(str(tmp_path / "whole"))]
+    for i in range(2):
+        change(source.table)
+        chain.append(writer.write(str(tmp_path / f"delta{i}"), changes_only=True))
+    ids = keras.Input((1,), dtype=tf.int64, name="ids")
+    follower = DynamicEmbedding(DIM, name="items")
+    model = keras.Model(ids, follower(ids))
+    reader = tf.train.Checkpoint(table=follower.table)
+    for version, path in enumerate(chain, 1):
+        reader.read(path)
+        tfps.export.save_for_serving(model, str(tmp_path / "serving" / str(version)),
+                                     changes_since=None if version == 1 else str(tmp_path / "serving" / str(version - 1)))
+        tfps.export.save_for_retrieval(follower, str(tmp_path / "retrieval" / str(version)), changes_only=version > 1)
+    assert_same_rows(sorted_rows(follower.table), sorted_rows(source.table))
+    # A checkpoint the follower saves itself is its table's state from then on.
+    reader.write(str(tmp_path / "follower"))
+    with pytest.raises(tf.errors.FailedPreconditionError, match="restore the checkpoint these changes follow first"):
+        reader.read(chain[-1])
 
 
 def test_a_table_cleared_since_its_last_save_saves_whole_under_changes_only(tmp_path):

@@ -463,6 +463,7 @@ class TableCommitSaveOp : public OpKernel {
  public:
   explicit TableCommitSaveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("chain", &chain_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("is_checkpoint", &is_checkpoint_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -475,11 +476,12 @@ class TableCommitSaveOp : public OpKernel {
     const uint64_t id = static_cast<uint64_t>(save_id->scalar<int64_t>()());
     resource->table().RecordChainSave(ChainOf(chain_, path->scalar<::tensorflow::tstring>()()),
                                       Table::ChainPoint{id, stamp->scalar<int64_t>()()});
-    resource->table().SetStateId(id);
+    if (is_checkpoint_) resource->table().SetStateId(id);
   }
 
  private:
   std::string chain_;
+  bool is_checkpoint_ = true;
 };
 
 // Fails, naming the file and the task that wrote it, when a shard's file is not visible
