@@ -116,6 +116,15 @@ std::string SetOptimizerParams(const std::vector<std::string>& names,
              Join(expected) + ")";
     }
   }
+  // Both divide by a root of a slot that stays 0 while a row's gradients are 0 (a padded
+  // or masked ID's), so epsilon 0 would write 0 / 0 into the row.
+  if ((config->kind == OptimizerKind::kAdam || config->kind == OptimizerKind::kRmsprop) &&
+      !(config->epsilon > 0.0f)) {
+    std::ostringstream out;
+    out << optimizer << " epsilon must be > 0 (a row whose gradients are all 0 would "
+        << "become NaN), got " << config->epsilon;
+    return out.str();
+  }
   return "";
 }
 

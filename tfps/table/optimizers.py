@@ -146,6 +146,7 @@ class Adam(SparseOptimizer):
         super().__init__(learning_rate, clip_row_norm)
         _check_fraction("beta_1", beta_1, "Adam")
         _check_fraction("beta_2", beta_2, "Adam")
+        _check_positive("epsilon", epsilon, "Adam")
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
     def op_params(self):
@@ -215,8 +216,7 @@ class RMSprop(SparseOptimizer):
         super().__init__(learning_rate, clip_row_norm)
         _check_fraction("rho", rho, "RMSprop")
         _check_fraction("momentum", momentum, "RMSprop")
-        if not (arguments.is_number(epsilon) and epsilon >= 0):
-            raise ValueError(f"RMSprop: epsilon must be a number >= 0, got {epsilon!r}")
+        _check_positive("epsilon", epsilon, "RMSprop")
         self.rho, self.momentum, self.epsilon = float(rho), float(momentum), float(epsilon)
 
     def op_params(self):
