@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfps
@@ -76,6 +77,32 @@ def test_model_export_keeps_every_row_for_a_process_with_tfps(tmp_path):
     expected_rows = sorted(int(s) for s in tables[0].table.shard_sizes()) + sorted(
         int(s) for t in tables[1:] for s in t.table.shard_sizes())
     assert result["rows"] == expected_rows and expected_rows[0] > 1000
+
+
+def test_model_export_refuses_ragged_and_sparse_ids_that_its_signature_would_pad(tmp_path):
+    """Keras 3's export gives a ragged or sparse input a dense signature: the padding would
+    be looked up as IDs. save_for_serving keeps both, and serves what predict gives."""
+    history = keras.Input((None,), dtype="int64", ragged=True, name="history")
+    tags = keras.Input((4,), dtype="int64", sparse=True, name="tags")
+    x = keras.layers.Concatenate()([DynamicEmbedding(4, combiner="mean", name="items")(history),
+                                    DynamicEmbedding(4, combiner="sum", name="tag_table")(tags)])
+    model = keras.Model({"history": history, "tags": tags}, keras.layers.Dense(1)(x))
+    with pytest.raises(ValueError, match=r"input\(s\) \['history', 'tags'\] a dense signature .* "
+                                         r"tfps.export.save_for_serving\(model, directory\)"):
+        model.export(str(tmp_path / "exported"), verbose=False)
+    assert not os.path.exists(tmp_path / "exported")
+    ids = tf.ragged.constant([[3, 5, 7], [], [5]], dtype=tf.int64)
+    probe = {"history": ids, "tags": tf.sparse.from_dense(tf.constant([[1, 0, 2, 0], [0, 0, 0, 0], [2, 2, 0, 0]],
+                                                                      tf.int64))}
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    model.fit(tf.data.Dataset.from_tensor_slices((probe, [1.0, 0.0, 1.0])).batch(3), shuffle=False, verbose=0)
+    served = tfps.export.save_for_serving(model, str(tmp_path / "1"))
+    flat = {"history_values": ids.values.numpy(), "history_row_splits": ids.row_splits.numpy(),
+            "tags_indices": probe["tags"].indices.numpy(), "tags_values": probe["tags"].values.numpy(),
+            "tags_dense_shape": probe["tags"].dense_shape.numpy()}
+    np.testing.assert_allclose(serve_without_tfps(served["export_dir"], flat, tmp_path)[:, 0],
+                               model.predict(probe, verbose=0)[:, 0], rtol=0, atol=1e-6)
+    # A model without ragged or sparse inputs exports as before (the test above).
 
 
 def test_save_for_serving_versions_serve_a_keras3_model_without_tfps(tmp_path):

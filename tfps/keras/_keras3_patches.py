@@ -8,6 +8,10 @@ does for tf_keras.
   where the archive tracks a layer, the tables of the DynamicEmbeddings in it are tracked
   too: the SavedModel holds every row and loads where tfps is imported (for serving
   without tfps, tfps.export.save_for_serving writes the rows into stock variables).
+- Keras 3's `model.export()` gives every input a dense TensorSpec, ragged and sparse ones
+  too: their IDs would arrive padded, and a DynamicEmbedding would look up every pad as an
+  ID. Such a model's export is refused, pointing to tfps.export.save_for_serving, which
+  keeps ragged and sparse inputs (an export given its own input_signature goes ahead).
 - A legacy HDF5 save (`model.save("m.h5")`) holds a layer's variables only: it is refused
   before anything is written; `get_weights` / `set_weights` trade in variables only: they
   warn (tfps.keras._saving's wrappers).
@@ -29,3 +33,27 @@ def tracking_tables(original):
             self._tf_trackable.tfps_tables = tracked + [t for t in tables if all(t is not s for s in tracked)]
 
     return track_layer
+
+
+def refusing_padded_ids(original):
+    @functools.wraps(original)
+    def export(self, filepath, *args, **kwargs):
+        # (format, verbose, input_signature) in Keras' order; older Keras 3 takes format only.
+        given = dict(zip(("format", "verbose", "input_signature"), args), **kwargs)
+        if given.get("format", "tf_saved_model") == "tf_saved_model" and given.get("input_signature") is None:
+            from tfps.keras_layers._table_lookup import table_layers
+            try:
+                inputs = list(self.inputs or [])
+            except (AttributeError, ValueError):  # a subclassed model has no symbolic inputs
+                inputs = []
+            composite = [t.name for t in inputs if getattr(t, "ragged", False) or getattr(t, "sparse", False)]
+            if composite and table_layers(self):
+                raise ValueError(
+                    f"tfps: model.export() would give the ragged or sparse input(s) {composite} a "
+                    "dense signature (Keras 3 does so for every model), and a DynamicEmbedding "
+                    "would look up their padding as IDs. Export this model with "
+                    "tfps.export.save_for_serving(model, directory), which keeps ragged and "
+                    "sparse inputs")
+        return original(self, filepath, *args, **kwargs)
+
+    return export

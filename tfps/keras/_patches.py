@@ -104,6 +104,8 @@ KERAS3_PATCHES = (
           "applies each key's sum to its table after unscaling, clipping and the finiteness check"),
     Patch("keras.src.backend.tensorflow.export.TFExportArchive", "_backend_track_layer",
           keras3_patches.tracking_tables, "model.export() keeps the tables' rows"),
+    Patch("keras.Model", "export", keras3_patches.refusing_padded_ids,
+          "refuses an export whose dense signature would feed a table padded ragged or sparse IDs"),
     Patch("keras.src.legacy.saving.legacy_h5_format", "save_model_to_hdf5",
           functools.partial(keras_saving.refusing_hdf5, what="a model saved", always=True),
           "an HDF5 model file cannot hold a table's rows: refuse before writing"),
