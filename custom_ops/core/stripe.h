@@ -426,7 +426,8 @@ struct Stripe {
       word_stamps.resize(words, 0);
       live.resize(words, 0);
     }
-    if (count_pending) pending.Reserve(keys);
+    // The other calls' reserved keys may be counted too before any of them finishes.
+    if (count_pending) pending.Reserve(reserved + keys);
     reserved += keys;
   }
 

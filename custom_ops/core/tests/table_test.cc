@@ -927,6 +927,26 @@ void TestScratchPoolKeepsOnlyModestScratch() {
   CHECK_TRUE(pool.Acquire(16)->capacity == 16);
 }
 
+// Two calls that may insert reserve room before either writes: the exact admission counts
+// of both calls' new keys then fit without allocating while they write.
+void TestPendingCountsOfConcurrentReservationsFitWithoutGrowing() {
+  RegionAllocator rows(false);
+  ChangeClock clock;
+  const size_t row_bytes = 64;
+  Stripe s(&rows, &clock, 0, 1);
+  s.ResetIndex(kMinCapacity);
+  s.pending.Configure(0);  // exact counts
+  s.PrepareInserts(1000, 1000, row_bytes, true);
+  s.PrepareInserts(1000, 1000, row_bytes, true);
+  const size_t reserved_bytes = s.pending.MemoryBytes();
+  for (uint64_t key = 1; key <= 2000; ++key) s.pending.Add(key, 1);
+  CHECK_TRUE(s.pending.MemoryBytes() == reserved_bytes);
+  CHECK_TRUE(s.pending.EstimateKeys() == 2000);
+  s.FinishInserts(1000);
+  s.FinishInserts(1000);
+  s.FreeAll();
+}
+
 }  // namespace tfps
 
 int main() {
@@ -956,5 +976,6 @@ int main() {
   tfps::TestClearDuringEveryOtherOperationLeavesAConsistentTable();
   tfps::TestClearWaitsOnlyForTheInsertsInFlight();
   tfps::TestScratchPoolKeepsOnlyModestScratch();
+  tfps::TestPendingCountsOfConcurrentReservationsFitWithoutGrowing();
   return tfps::Report("table_test");
 }
