@@ -202,7 +202,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         or by 1 per entry of `keys`, and its last-seen step becomes the table's clock. Under
         an admission policy an absent key is only counted until admitted, and reads its
         initial value; `return_admitted` also returns a bool tensor of shape S, true where
-        the key has a row. Then sweeps a few rows for eviction."""
+        the key had a row when this call looked it up (a `max_rows` cap may evict it for a
+        later key of the same call). Then sweeps a few rows for eviction."""
         keys = _as_keys(keys, "find_or_insert")
         occurrences = (tf.zeros([0], tf.int64) if occurrences is None
                        else tf.cast(occurrences, tf.int64))
