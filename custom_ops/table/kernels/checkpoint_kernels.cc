@@ -3,6 +3,7 @@
 // keeping the keys routed to its shard. Memory stays at a chunk or two whatever the
 // table's size (but for the rare restore of a whole-shard file among files of changes).
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -85,8 +86,9 @@ class TableSaveOp : public OpKernel {
     header.num_slots = table.num_slots();
     header.optimizer = static_cast<uint32_t>(table.config().optimizer.kind);
     header.clock = table.ApplyCalls();
-    const int64_t chunk_rows =
-        std::max<int64_t>(1, max_chunk_bytes_ / static_cast<int64_t>(RowBytes(header)));
+    // A chunk record counts its rows in 32 bits.
+    const int64_t chunk_rows = std::clamp<int64_t>(
+        max_chunk_bytes_ / static_cast<int64_t>(RowBytes(header)), 1, std::numeric_limits<uint32_t>::max());
     const Tensor* save_id;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableSave", 4, "save_id", &save_id));
     const std::string file = path->scalar<::tensorflow::tstring>()();
