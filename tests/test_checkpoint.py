@@ -301,8 +301,9 @@ def test_changes_restored_out_of_order_or_without_their_whole_save_are_refused(t
 
 def test_exports_between_restores_leave_the_next_changes_restorable(tmp_path):
     """A process that follows a training job's checkpoints and exports after each restore:
-    an export for serving or retrieval changes no row, so the changes after the restored
-    checkpoint still follow the table (and a checkpoint saved there is still its state)."""
+    an export for serving or retrieval, or a SavedModel, changes no row, so the changes
+    after the restored checkpoint still follow the table; a checkpoint it saves itself
+    becomes its table's state."""
     source = DynamicEmbedding(DIM, name="items")
     source.build(None)
     trained_table(source.table)
@@ -317,14 +318,20 @@ def test_exports_between_restores_leave_the_next_changes_restorable(tmp_path):
     reader = tf.train.Checkpoint(table=follower.table)
     for version, path in enumerate(chain, 1):
         reader.read(path)
-        tfps.export.save_for_serving(model, str(tmp_path / "serving" / str(version)),
-                                     changes_since=None if version == 1 else str(tmp_path / "serving" / str(version - 1)))
+        serving = tmp_path / "serving"
+        tfps.export.save_for_serving(model, str(serving / str(version)),
+                                     changes_since=None if version == 1 else str(serving / str(version - 1)))
         tfps.export.save_for_retrieval(follower, str(tmp_path / "retrieval" / str(version)), changes_only=version > 1)
+        model.save(str(tmp_path / "saved_model" / str(version)))  # tf_keras: a SavedModel
     assert_same_rows(sorted_rows(follower.table), sorted_rows(source.table))
-    # A checkpoint the follower saves itself is its table's state from then on.
-    reader.write(str(tmp_path / "follower"))
+    other = DynamicEmbedding(DIM, name="items")
+    other.build(None)
+    again = tf.train.Checkpoint(table=other.table)
+    again.read(chain[0])
+    again.read(chain[1])
+    again.write(str(tmp_path / "own"))
     with pytest.raises(tf.errors.FailedPreconditionError, match="restore the checkpoint these changes follow first"):
-        reader.read(chain[-1])
+        again.read(chain[2])  # it follows delta0, but the table is now as of its own save
 
 
 def test_a_table_cleared_since_its_last_save_saves_whole_under_changes_only(tmp_path):

@@ -87,7 +87,7 @@ def test_model_export_refuses_ragged_and_sparse_ids_that_its_signature_would_pad
     x = keras.layers.Concatenate()([DynamicEmbedding(4, combiner="mean", name="items")(history),
                                     DynamicEmbedding(4, combiner="sum", name="tag_table")(tags)])
     model = keras.Model({"history": history, "tags": tags}, keras.layers.Dense(1)(x))
-    with pytest.raises(ValueError, match=r"input\(s\) \['history', 'tags'\] a dense signature .* "
+    with pytest.raises(ValueError, match=r"input\(s\) \['history', 'tags'\] dense signatures .* "
                                          r"tfps.export.save_for_serving\(model, directory\)"):
         model.export(str(tmp_path / "exported"), verbose=False)
     assert not os.path.exists(tmp_path / "exported")

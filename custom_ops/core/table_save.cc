@@ -238,6 +238,8 @@ void Table::AddPending(const uint64_t* keys, const uint32_t* counts, int64_t n) 
   for (int64_t i = 0; i < n; ++i) {
     Stripe& s = *stripes_[StripeOf(TableHash(keys[i]))];
     std::unique_lock<std::shared_mutex> lock(s.mu);
+    // Room made for calls between reserving and writing stays theirs.
+    s.pending.Reserve(s.reserved + 1);
     s.pending.AddExact(keys[i], counts[i]);
   }
 }

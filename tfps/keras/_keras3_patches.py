@@ -49,11 +49,11 @@ def refusing_padded_ids(original):
             composite = [t.name for t in inputs if getattr(t, "ragged", False) or getattr(t, "sparse", False)]
             if composite and table_layers(self):
                 raise ValueError(
-                    f"tfps: model.export() would give the ragged or sparse input(s) {composite} a "
-                    "dense signature (Keras 3 does so for every model), and a DynamicEmbedding "
-                    "would look up their padding as IDs. Export this model with "
-                    "tfps.export.save_for_serving(model, directory), which keeps ragged and "
-                    "sparse inputs")
+                    f"tfps: model.export() would give the ragged or sparse input(s) {composite} "
+                    "dense signatures (Keras 3 does so for every model), so their padding would "
+                    "reach the model as values, and a DynamicEmbedding looks up every value as an "
+                    "ID. Export this model with tfps.export.save_for_serving(model, directory), "
+                    "which keeps ragged and sparse inputs")
         return original(self, filepath, *args, **kwargs)
 
     return export

@@ -23,7 +23,6 @@ import threading
 import uuid
 
 import tensorflow as tf
-from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.saved_model import registration
 
 from tfps.table import optimizers as optimizers_lib
@@ -39,9 +38,26 @@ _OPTIMIZERS = tuple(cls.op_name for cls in optimizers_lib.OPTIMIZERS)  # checkpo
 class _Mode(threading.local):
     changes_only = False
     chain = ""
+    is_checkpoint = True
 
 
 _mode = _Mode()
+
+
+def saving_a_model(save):
+    """Wraps TensorFlow's SavedModel save (tf.saved_model.save, Keras' SavedModel saves and
+    Keras 3's export): the table files a SavedModel holds are not a checkpoint that a
+    restore of changes follows, so its save leaves each table's state as it was."""
+
+    @functools.wraps(save)
+    def save_model(*args, **kwargs):
+        previous, _mode.is_checkpoint = _mode.is_checkpoint, False
+        try:
+            return save(*args, **kwargs)
+        finally:
+            _mode.is_checkpoint = previous
+
+    return save_model
 
 
 @contextlib.contextmanager
@@ -153,7 +169,7 @@ def _save(trackables, file_prefix):
         shards = _shards(trackables[key])
         suffixes = [f".t{t}.shard-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
         # Thread-local: read here, not in the shards' threads.
-        changes, chain = _mode.changes_only, _mode.chain
+        changes, chain, is_checkpoint = _mode.changes_only, _mode.chain, _mode.is_checkpoint
 
         def save_shard(i, shard=None, suffix=None):
             with tf.device(shard.resource_handle.device):
@@ -168,7 +184,8 @@ def _save(trackables, file_prefix):
                     tf.constant(_layout(trackables[key]), tf.int64)]
         shard_files += [file_prefix + suffix for suffix in suffixes]
         writers += [shard.resource_handle.device or "this task" for shard in shards]
-        commits += [functools.partial(_commit, shard, file_prefix + suffix, save_id, stamp, chain)
+        commits += [functools.partial(_commit, shard, file_prefix + suffix, save_id, stamp, chain,
+                                      is_checkpoint)
                     for shard, suffix, (_, stamp) in zip(shards, suffixes, saved)]
     # The manifest depends on every shard's row count, so it is written, and merged into
     # the checkpoint, only after every shard file is complete and seen from here (a task
@@ -185,9 +202,10 @@ def _save(trackables, file_prefix):
         return tf.identity(file_prefix)
 
 
-def _commit(shard, path, save_id, stamp, chain):
+def _commit(shard, path, save_id, stamp, chain, is_checkpoint):
     with tf.device(shard.resource_handle.device):
-        return ops.tfps_table_commit_save(shard.resource_handle, path, save_id, stamp, chain=chain)
+        return ops.tfps_table_commit_save(shard.resource_handle, path, save_id, stamp, chain=chain,
+                                          is_checkpoint=is_checkpoint)
 
 
 def _restore(trackables, merged_prefix):

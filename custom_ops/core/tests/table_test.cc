@@ -883,7 +883,6 @@ void TestCrc32cKnownValuesAndExtension() {
   }
 }
 
-}  // namespace
 void TestClearWaitsOnlyForTheInsertsInFlight() {
   // Writers insert without pause. A clear used to wait for a moment when none of them held
   // room in any stripe, which a steady stream seldom leaves, while their calls went on.
@@ -913,9 +912,10 @@ void TestClearWaitsOnlyForTheInsertsInFlight() {
   running.store(false);
   for (auto& w : writers) w.join();
   // Each writer finishes the call it is in; a call it starts after that waits. The slack
-  // covers calls finished while this thread was descheduled around the clear.
+  // covers calls finished while this thread was descheduled around the clear, or after it
+  // woke the writers; waiting for gaps in the stream saw hundreds to thousands.
   std::printf("writer calls finished during %d clears: %lld\n", kClears, static_cast<long long>(during_clears));
-  CHECK_TRUE(during_clears <= kClears * 4 * kWriters);
+  CHECK_TRUE(during_clears <= kClears * 12 * kWriters);
 }
 
 void TestScratchPoolKeepsOnlyModestScratch() {
@@ -947,6 +947,7 @@ void TestPendingCountsOfConcurrentReservationsFitWithoutGrowing() {
   s.FreeAll();
 }
 
+}  // namespace
 }  // namespace tfps
 
 int main() {
