@@ -91,6 +91,9 @@ def build_model(kind, strategy, seed):
         else:
             hashed = keras.layers.Hashing(HASH_BINS)(ids_in)
             emb = keras.layers.Embedding(HASH_BINS, DIM)(hashed)
+        # The stock embedding's initial values came from Keras' random state and the table's
+        # do not: reseeded, every model's dense layers start from the same values.
+        keras.utils.set_random_seed(seed)
         model = keras.Model([dense_in, ids_in], dlrm_towers(dense_in, emb, DIM))  # the example's model
         model.compile(optimizer=keras.optimizers.legacy.Adagrad(LEARNING_RATE), loss="binary_crossentropy",
                       metrics=[tfps.metrics.AUC(name="auc")], steps_per_execution=10)
