@@ -8,17 +8,19 @@ moment, as users run them.
 Kinds: ps, worker, chief (SIGKILL of that task while it trains); mid_backup (SIGKILL of the
 chief or a parameter server after a backup's files are written and before chain.json lists
 them); mid_restore (a parameter server killed, then, in the restarted cluster, the chief or a
-parameter server killed after the whole backup is restored and before its backups of
-changes); stopped_ps (SIGSTOP: a hung parameter server, which tfps-launch must find
-silent and kill). The stream also exports a serving version every 3 s. Each round must end
-with exit code 0 and the job's last line printed (train_ctr's final eval, stream_ctr's end
-of stream), and every serving version the stream wrote must load and serve; every
-restore must equal, row by row (keys, values, slots, metadata), the backup it came from,
-restored again here into a one-shard table; at most one backup interval (plus one block of
-steps) may be lost per restore; a lost parameter server must restart the whole cluster,
-with the terminal saying where the chief's errors are (and a stopped one be reported
-silent and killed); and no process of the launch may be left. Prints one JSON
-line per round and a markdown table; exits 1 if any round failed.
+parameter server killed after the whole backup is restored and before its backups of changes);
+stopped_ps (SIGSTOP: a hung parameter server, which tfps-launch must find silent and kill);
+after_training (SIGKILL of a parameter server after the main job's fit has ended and deleted
+its backups, before the final evaluation: the restarted cluster must resume from the last
+epoch checkpoint and train no step again). The stream also exports a serving version every 3
+s. Each round must end with exit code 0 and the job's last line printed (train_ctr's final
+eval, stream_ctr's end of stream), and every serving version the stream wrote must load and
+serve; every restore must equal, row by row (keys, values, slots, metadata), the backup it
+came from, restored again here into a one-shard table; at most one backup interval (plus one
+block of steps) may be lost per restore; a lost parameter server must restart the whole
+cluster, with the terminal saying where the chief's errors are (and a stopped one be reported
+silent and killed); and no process of the launch may be left. Prints one JSON line per round
+and a markdown table; exits 1 if any round failed.
 """
 
 import argparse
@@ -35,7 +37,7 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KINDS = ("ps", "worker", "chief", "mid_backup", "mid_restore", "stopped_ps")
+KINDS = ("ps", "worker", "chief", "mid_backup", "mid_restore", "stopped_ps", "after_training")
 ROWS_PER_FILE, BATCH, BACKUP_EVERY, STEPS_PER_EXECUTION = 12000, 512, 20, 10
 
 
@@ -43,8 +45,9 @@ class Job:
     """One program the suite runs: its arguments, its epochs (stream_ctr's chunks) and the
     line that says it finished."""
 
-    def __init__(self, name, arguments, epochs, steps_per_epoch, table_layer, finished):
+    def __init__(self, name, arguments, epochs, steps_per_epoch, table_layer, finished, kinds=KINDS):
         self.name, self.arguments, self.table_layer, self.finished = name, arguments, table_layer, finished
+        self.kinds = kinds  # the fault kinds this job can be given
         self.epochs, self.steps_per_epoch = epochs, steps_per_epoch
         self.path = os.path.join(ROOT, "examples", f"{name}.py")
 
@@ -72,7 +75,8 @@ JOBS = {
                  3 * ROWS_PER_FILE // BATCH, "fields", "eval over"),
     "stream": Job("stream_ctr", ["--examples", str(6 * STREAM_CHUNK_STEPS * BATCH),
                                  "--chunk", str(STREAM_CHUNK_STEPS * BATCH), "--eval_examples", str(10 * BATCH)],
-                  6, STREAM_CHUNK_STEPS, "ids_table", "stream done"),
+                  6, STREAM_CHUNK_STEPS, "ids_table", "stream done",
+                  kinds=tuple(k for k in KINDS if k != "after_training")),  # one fit to the end
 }
 
 
@@ -152,6 +156,11 @@ def inject(kind, job, rng, launch_id, report, launcher):
         wait_for(lambda: os.path.exists(os.path.join(report, "holding-restore")), 600,
                  "the restarted cluster's restore", launcher)
         return done + " then, mid-restore, " + kill(launch_id, rng.choice(["chief_0", "ps_0", "ps_1"])), name
+    if kind == "after_training":
+        wait_for(lambda: os.path.exists(os.path.join(report, "holding-after_training")), 600,
+                 "the end of training", launcher)
+        name = f"ps_{rng.randint(0, 1)}"
+        return "after training " + kill(launch_id, name), name
     wait_for(lambda: os.path.exists(os.path.join(report, "holding-backup")), 600, "the 3rd backup", launcher)
     name = rng.choice(["chief_0", "ps_0", "ps_1"])
     return "mid-backup " + kill(launch_id, name), name
@@ -167,10 +176,11 @@ def compare_restores(job, report):
         restart = restored_path.rsplit("-", 1)[1].split(".")[0]
         copy = os.path.join(report, f"restore-{restart}")
         with open(os.path.join(copy, "chain.json")) as f:
-            chain = json.load(f)["chain"]
+            state = json.load(f)
         model = job.build_model()
-        checkpoint = tf.train.Checkpoint(model=model)
-        for name in chain:
+        # A backup's checkpoint holds the model as "model", an epoch checkpoint as "root".
+        checkpoint = tf.train.Checkpoint(**{state.get("checkpoint_root", "model"): model})
+        for name in state["chain"]:
             checkpoint.read(os.path.join(copy, name)).expect_partial()
         rows = model.get_layer(job.table_layer).table.export()
         order = np.argsort(rows.keys.numpy())
@@ -230,6 +240,8 @@ def run_round(kind, job, index, rng, work, data_dir):
         command += ["--serving_dir", os.path.join(out, "serving"), "--export_every_seconds", "3", "--whole_at_end"]
     if kind in ("mid_backup", "mid_restore"):
         command += ["--fault_hold", kind[4:]]
+    if kind == "after_training":
+        command += ["--fault_hold", kind]
     env = dict(os.environ, TFPS_LAUNCH_ID=launch_id, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     os.makedirs(report, exist_ok=True)
     start = time.monotonic()
@@ -264,19 +276,22 @@ def run_round(kind, job, index, rng, work, data_dir):
     result["left_behind"] = sorted(processes_gone(launch_id))
     result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(job, report)
     result["steps_lost"] = steps_lost(job, report)
+    # Steps trained again after a restart: none when training had ended before the fault.
+    result["steps_retrained"] = sum(read_int(path) or 0 for path in glob.glob(os.path.join(report, "progress-[1-9]*")))
     if job.name == "stream_ctr":
         result["versions"], result["versions_serving"] = versions_serving(os.path.join(out, "serving"))
     # A SIGKILLed parameter server is seen to exit, a SIGSTOPped one found silent.
     hang_found_right = kind not in ("ps", "stopped_ps") or (
         result["reported_hung"] == (kind == "stopped_ps")
         and f"{result.get('signalled')} exited with code -9" in said)
-    ps_lost = kind in ("ps", "stopped_ps", "mid_restore")  # each loses a parameter server first
+    ps_lost = kind in ("ps", "stopped_ps", "mid_restore", "after_training")  # each loses a parameter server first
     result["ok"] = (result["rc"] == 0 and result["finished"] and not result["traceback_shown"]
                     and hang_found_right and (result["restart_explained"] or not ps_lost)
                     and not result["left_behind"]
                     and result["rows_differing"] == 0 and "error" not in result
                     and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])
                     and (result["restores"] > 0) == (kind != "worker")
+                    and (kind != "after_training" or result["steps_retrained"] == 0)
                     and result.get("versions_serving", 2) == result.get("versions", 2) >= 2)
     return result
 
@@ -298,16 +313,25 @@ def main(argv=None):
     jobs = args.jobs.split(",")
     if set(jobs) - set(JOBS) or not jobs:
         parser.error(f"unknown jobs {sorted(set(jobs) - set(JOBS))}; the jobs are {', '.join(JOBS)}")
+    for job in jobs:
+        if not set(kinds) & set(JOBS[job].kinds):
+            parser.error(f"none of the kinds {kinds} applies to the {job} job")
     rng = random.Random(args.seed)
-    rounds = kinds[:args.rounds] + [rng.choice(kinds) for _ in range(args.rounds - len(kinds))]
+    rounds, untried = [], list(kinds)  # each kind once, where a job takes it; then at random
+    for index in range(args.rounds):
+        job = JOBS[jobs[index % len(jobs)]]
+        kind = next((k for k in untried if k in job.kinds), None) or rng.choice(
+            [k for k in kinds if k in job.kinds])
+        untried = [k for k in untried if k != kind]
+        rounds.append((kind, job))
     work = args.work_dir or tempfile.mkdtemp(prefix="tfps-faults-")
     data_dir = os.path.join(work, "data")
     sys.path.insert(0, ROOT)
     import tfps
     tfps.data.write_criteo(data_dir, 4, ROWS_PER_FILE, seed=0)
     results = []
-    for index, kind in enumerate(rounds):
-        results.append(run_round(kind, JOBS[jobs[index % len(jobs)]], index, rng, work, data_dir))
+    for index, (kind, job) in enumerate(rounds):
+        results.append(run_round(kind, job, index, rng, work, data_dir))
         print(json.dumps(results[-1]), flush=True)
     print("\n| round | job | fault | outcome | rc | restores | steps lost | rows compared | rows differing | s |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -5,13 +5,15 @@ at a chosen point.
 Records, on the chief: after each block of steps, the position reached (epoch x steps per
 epoch + steps of this epoch: the steps run, counted as a resumed run counts them) in
 DIR/progress-<cluster restart>; when the process's first fit starts after a restore, the
-table's rows as restored (DIR/restored-<restart>.npz) and a copy of the backups they came
-from (DIR/restore-<restart>/), which the suite restores again on its own and compares row by
-row.
+table's rows as restored (DIR/restored-<restart>.npz) and a copy of the backups they came from
+(DIR/restore-<restart>/; a resume from an epoch checkpoint, record_checkpoint_restore, is
+recorded as a chain of that checkpoint), which the suite restores again on its own and
+compares row by row.
 
-Holds (--fault_hold): "backup" pauses the 3rd backup of the first cluster after its files
-are written and before chain.json lists them; "restore" pauses a restarted cluster's
-restore after the whole backup is read and before the backups of changes. Each touches
+Holds (--fault_hold): "backup" pauses the 3rd backup of the first cluster after its files are
+written and before chain.json lists them; "restore" pauses a restarted cluster's restore after
+the whole backup is read and before the backups of changes; "after_training" pauses the first
+cluster after fit ends (its backups deleted), before the final evaluation. Each touches
 DIR/holding-<what> first, so the suite kills a task inside that window.
 """
 
@@ -88,6 +90,39 @@ def install_holds(directory, what, backup_dir):
         tf.train.Checkpoint.read = read
 
 
+def _record_restore(directory, source_dir, state, table_layer):
+    """Copies the checkpoints `state["chain"]` names from source_dir, with `state` as their
+    chain.json, to DIR/restore-<restart>/, and the table's rows as restored to
+    DIR/restored-<restart>.npz."""
+    copy = os.path.join(directory, f"restore-{_restart()}")
+    os.makedirs(copy, exist_ok=True)
+    _atomic_write(os.path.join(copy, incremental_backup.CHAIN_FILE), json.dumps(state))
+    for name in state["chain"]:
+        for path in os.listdir(source_dir):
+            if path.startswith(name + ".") or path.startswith(name + "-"):
+                shutil.copy(os.path.join(source_dir, path), copy)
+    rows = table_layer.table.export()
+    order = np.argsort(rows.keys.numpy())
+    np.savez(os.path.join(directory, f"restored-{_restart()}.npz"),
+             **{name: getattr(rows, name).numpy()[order] for name in rows._fields})
+
+
+def record_checkpoint_restore(directory, epochs, checkpoint_dir, table_layer):
+    """Records a restart's resume from the epoch checkpoint of `epochs` epochs (none when 0)
+    as a restore: a chain of that one checkpoint, written as tf.train.Checkpoint(root=model)
+    writes, taken at the end of epoch `epochs` - 1."""
+    if epochs:
+        name = os.path.basename(tf.train.latest_checkpoint(checkpoint_dir))
+        _record_restore(directory, checkpoint_dir, {"chain": [name], "epoch": epochs - 1, "batch": -1,
+                                                    "checkpoint_root": "root"}, table_layer)
+
+
+def hold_after_training(directory):
+    """Holds the first cluster's run after fit, before its final evaluation and export."""
+    if _restart() == 0:
+        _hold(directory, "after_training")
+
+
 class FaultReport(keras.callbacks.Callback):
     """Records progress and restores for benchmarks/faults.py (see the module docstring)."""
 
@@ -107,20 +142,9 @@ class FaultReport(keras.callbacks.Callback):
         if not os.path.exists(chain_path):
             return
         with open(chain_path) as f:
-            chain = json.load(f)["chain"]
-        if not chain:
-            return
-        copy = os.path.join(self.directory, f"restore-{_restart()}")
-        os.makedirs(copy, exist_ok=True)
-        shutil.copy(chain_path, copy)
-        for name in chain:
-            for path in os.listdir(self.chief_dir):
-                if path.startswith(name + ".") or path.startswith(name + "-"):
-                    shutil.copy(os.path.join(self.chief_dir, path), copy)
-        rows = self.table_layer.table.export()
-        order = np.argsort(rows.keys.numpy())
-        np.savez(os.path.join(self.directory, f"restored-{_restart()}.npz"),
-                 **{name: getattr(rows, name).numpy()[order] for name in rows._fields})
+            state = json.load(f)
+        if state["chain"]:
+            _record_restore(self.directory, self.chief_dir, state, self.table_layer)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch

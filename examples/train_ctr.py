@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import glob
 import os
+import re
 import tempfile
 import time
 
@@ -91,6 +92,9 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.writer = tfps.checkpoint.TracedWriter(tf.train.Checkpoint(root=self.model))
+        # A restarted cluster keeps counting the checkpoints its first one wrote.
+        state = tf.train.get_checkpoint_state(self.directory)
+        self.written = list(state.all_model_checkpoint_paths) if state else []
 
     def on_epoch_end(self, epoch, logs=None):
         self.written.append(self.writer.write(os.path.join(self.directory, f"weights-{epoch + 1:02d}")))
@@ -101,6 +105,28 @@ class EpochCheckpoint(keras.callbacks.Callback):
         checkpoint_management.update_checkpoint_state_internal(
             self.directory, self.written[-1], all_model_checkpoint_paths=self.written,
             save_relative_paths=True)
+
+
+def resume_from_epoch_checkpoint(model, checkpoint_dir, backup_dir):
+    """In a restarted cluster with no backup to resume from (fit deletes its backups when it
+    ends, so a fault in the final evaluation or export leaves none; or backups are off),
+    loads the newest epoch checkpoint of this run into the model and returns the epochs it
+    holds, so training goes on from there instead of from the beginning. Returns 0 and
+    loads nothing otherwise, or in the launch's first cluster (a checkpoint directory given
+    to a new run is not resumed)."""
+    if int(os.environ.get("TFPS_CLUSTER_RESTARTS", "0")) == 0:
+        return 0
+    if backup_dir and tfps.callbacks.IncrementalBackup.resume_point(backup_dir) is not None:
+        return 0  # the backup is newer than any epoch checkpoint: fit resumes from it
+    path = tf.train.latest_checkpoint(checkpoint_dir)
+    written = re.fullmatch(r"weights-(\d+)", os.path.basename(path or ""))
+    if written is None:  # none, or not EpochCheckpoint's
+        return 0
+    model.load_weights(path)
+    epochs = int(written.group(1))
+    print(f"restarted cluster, no backup to resume: resumed from the epoch checkpoint {path} "
+          f"({epochs} epoch(s) trained)", flush=True)
+    return epochs
 
 
 def main():
@@ -141,8 +167,9 @@ def main():
     parser.add_argument("--fault_report", default=None,
                         help="for benchmarks/faults.py: record progress and restores here "
                              "(examples/fault_report.py)")
-    parser.add_argument("--fault_hold", choices=["backup", "restore"], default=None,
-                        help="for benchmarks/faults.py: pause a backup or a restore part way")
+    parser.add_argument("--fault_hold", choices=["backup", "restore", "after_training"], default=None,
+                        help="for benchmarks/faults.py: pause a backup or a restore part way, "
+                             "or the run after training")
     parser.add_argument("--evaluator_timeout", type=float, default=3600,
                         help="an evaluator stops after this many seconds without a new checkpoint")
     args = parser.parse_args()
@@ -187,6 +214,10 @@ def main():
             fault_report.install_holds(args.fault_report, args.fault_hold, args.backup_dir)
         callbacks.append(fault_report.FaultReport(args.fault_report, args.backup_dir,
                                                   model.get_layer("fields")))
+    trained_epochs = resume_from_epoch_checkpoint(model, checkpoint_dir, args.backup_dir)
+    if args.fault_report:
+        fault_report.record_checkpoint_restore(args.fault_report, trained_epochs, checkpoint_dir,
+                                               model.get_layer("fields"))
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
         def train_data(_=None):
@@ -201,7 +232,11 @@ def main():
             train, evaluate = (keras.utils.experimental.DatasetCreator(f) for f in (train_data, eval_data))
         else:
             train, evaluate = train_data(), eval_data()
-        model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+        if trained_epochs < args.epochs:
+            model.fit(train, epochs=args.epochs, initial_epoch=trained_epochs, steps_per_epoch=steps,
+                      callbacks=callbacks, verbose=0)
+        if args.fault_report and args.fault_hold == "after_training":
+            fault_report.hold_after_training(args.fault_report)
         # Locally, one pass: steps_per_execution > 1 needs the number of batches.
         eval_steps = None if clustered else -(-sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
         results = model.evaluate(evaluate, steps=eval_steps, return_dict=True, verbose=0)

@@ -3,7 +3,8 @@ with a task killed (or stopped) at a random moment, once per fault kind. Each mu
 exit code 0 and the job's last line, every restore equal row by row to the backup it came
 from, at most one backup interval lost per restore, a lost parameter server restarting the
 whole cluster with the terminal saying where the chief's errors are (a stopped one found
-silent and killed first), and no process left behind."""
+silent and killed first), no step trained again after a fault that came once training had
+ended, and no process left behind."""
 
 import json
 import random
@@ -23,9 +24,10 @@ def data_dir(tmp_path_factory):
 
 # Each kind once: the main job for a killed parameter server, worker or chief and a kill
 # mid-backup; the stream (one chain across its chunks' fits) for a kill mid-restore (after
-# a killed parameter server) and a stopped parameter server.
+# a killed parameter server) and a stopped parameter server; the main job again for a
+# parameter server killed after training, which must resume from its epoch checkpoint.
 ROUNDS = [("train", "ps"), ("train", "worker"), ("train", "chief"), ("train", "mid_backup"),
-          ("stream", "mid_restore"), ("stream", "stopped_ps")]
+          ("stream", "mid_restore"), ("stream", "stopped_ps"), ("train", "after_training")]
 assert sorted(kind for _, kind in ROUNDS) == sorted(faults.KINDS)
 
 
