@@ -21,6 +21,9 @@ def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
         steps = "validation_steps=3" if layout == "validation" else "steps=3"
         assert "pss_evaluation_shards=4" in out["refusal"] and steps in out["refusal"]
         assert out["steps_run_before_refusal"] == 0  # fit refuses validation_steps before a step
+        # 2 batches over 4 shards leaves shards empty, which fails inside tf.data.
+        data = "validation_data" if layout == "validation" else "evaluate's data"
+        assert f"{data} has 2 batches, fewer than the 4 shards" in out["few_batches_refusal"]
     counts = np.array(out["record_counts"])
     # Every evaluated record was counted once in the shared state, whichever worker ran it.
     if layout in ("exact", "exact_fresh", "validation"):

@@ -87,7 +87,7 @@ def main():
                                    tfps.metrics.BinaryLogLoss(), tfps.metrics.CalibrationRatio()],
                           pss_evaluation_shards=4 if exact else 0)
         every_id_once = keras.utils.experimental.DatasetCreator(finite_dataset_fn)
-        refusal = steps_run_before_refusal = None
+        refusal = steps_run_before_refusal = few_batches_refusal = None
         if exact:  # steps over repeating data: exact evaluation would ignore them and never end
             repeating = keras.utils.experimental.DatasetCreator(dataset_fn)
             try:
@@ -99,6 +99,15 @@ def main():
             except ValueError as e:
                 refusal = str(e)
             steps_run_before_refusal = int(model._train_counter.numpy())  # pylint: disable=protected-access
+            # 2 batches for 4 shards: a shard without a batch would fail inside tf.data.
+            two_batches = finite_dataset_fn(None).take(2)
+            try:
+                if path == "validation":
+                    model.fit(repeating, epochs=1, steps_per_epoch=2, validation_data=two_batches, verbose=0)
+                else:
+                    model.evaluate(two_batches, verbose=0)
+            except ValueError as e:
+                few_batches_refusal = str(e)
         if path == "validation":
             history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=2, steps_per_epoch=2,
                                 validation_data=every_id_once, verbose=0).history
@@ -121,7 +130,7 @@ def main():
     json.dump({"results": results, "record_counts": record_counts,
                "steps": -(-NUM_IDS // BATCH) if exact else STEPS, "batch": BATCH,
                "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards,
-               "group_auc_buckets": group_buckets, "refusal": refusal,
+               "group_auc_buckets": group_buckets, "refusal": refusal, "few_batches_refusal": few_batches_refusal,
                "steps_run_before_refusal": steps_run_before_refusal},
               sys.stdout)
     sys.stdout.flush()

@@ -9,11 +9,15 @@ says what to run first.
 
 Exact evaluation also runs one step per shard, each reading its shard to the end, and
 ignores evaluate's `steps` (fit's `validation_steps`): over a repeating dataset it never
-returns. tfps refuses `steps` there, naming both ways out.
+returns. tfps refuses `steps` there, naming both ways out. A dataset of fewer batches
+than shards leaves a shard empty, which fails inside tf.data with a message about file
+sharding: tfps refuses it first when the dataset's length is known.
 """
 
 import functools
 import inspect
+
+import tensorflow as tf
 
 
 def _build_compiled_metrics(model):
@@ -52,13 +56,33 @@ def _refuse_steps(model, name, steps):
             f"{name}, or compile with pss_evaluation_shards=0 to evaluate {name} batches")
 
 
+def _refuse_fewer_batches_than_shards(model, name, data):
+    """A shard left without a batch fails inside tf.data with "Could not apply FILE based
+    sharding", whatever the dataset's sharding policy: refused here, where the numbers
+    are known (a tf.data.Dataset of known length)."""
+    shards = getattr(model, "_pss_evaluation_shards", 0)
+    if not (shards and isinstance(data, tf.data.Dataset)
+            and model.distribute_strategy._should_use_with_coordinator):  # pylint: disable=protected-access
+        return
+    batches = int(data.cardinality())
+    if 0 <= batches < shards:
+        raise ValueError(
+            f"{name} has {batches} batches, fewer than the {shards} shards that exact evaluation "
+            f"(pss_evaluation_shards, 'auto' being 5 per worker) splits it into, and a shard "
+            f"without a batch fails inside tf.data; compile model '{model.name}' with "
+            f"pss_evaluation_shards of at most {batches} (the number of workers is enough), or "
+            "evaluate more batches")
+
+
 def refusing_steps(evaluate):
     """Model.evaluate (tfps.keras._patches)."""
     signature = inspect.signature(evaluate)
 
     @functools.wraps(evaluate)
     def wrapped(self, *args, **kwargs):
-        _refuse_steps(self, "steps", signature.bind(self, *args, **kwargs).arguments.get("steps"))
+        arguments = signature.bind(self, *args, **kwargs).arguments
+        _refuse_steps(self, "steps", arguments.get("steps"))
+        _refuse_fewer_batches_than_shards(self, "evaluate's data", arguments.get("x"))
         return evaluate(self, *args, **kwargs)
 
     return wrapped
@@ -74,6 +98,7 @@ def refusing_validation_steps(fit):
         arguments = signature.bind(self, *args, **kwargs).arguments
         if arguments.get("validation_data") is not None:
             _refuse_steps(self, "validation_steps", arguments.get("validation_steps"))
+            _refuse_fewer_batches_than_shards(self, "validation_data", arguments["validation_data"])
         return fit(self, *args, **kwargs)
 
     return wrapped
