@@ -301,9 +301,9 @@ def test_changes_restored_out_of_order_or_without_their_whole_save_are_refused(t
 
 def test_exports_between_restores_leave_the_next_changes_restorable(tmp_path):
     """A process that follows a training job's checkpoints and exports after each restore:
-    an export for serving or retrieval, or a SavedModel, changes no row, so the changes
-    after the restored checkpoint still follow the table; a checkpoint it saves itself
-    becomes its table's state."""
+    an export for serving or retrieval, a SavedModel or a checkpoint of its own changes no
+    row, so the changes after the restored checkpoint still follow the table; once a row
+    changes (a training step), they no longer do and are refused."""
     source = DynamicEmbedding(DIM, name="items")
     source.build(None)
     trained_table(source.table)
@@ -324,14 +324,24 @@ def test_exports_between_restores_leave_the_next_changes_restorable(tmp_path):
         tfps.export.save_for_retrieval(follower, str(tmp_path / "retrieval" / str(version)), changes_only=version > 1)
         model.save(str(tmp_path / "saved_model" / str(version)))  # tf_keras: a SavedModel
     assert_same_rows(sorted_rows(follower.table), sorted_rows(source.table))
-    other = DynamicEmbedding(DIM, name="items")
-    other.build(None)
-    again = tf.train.Checkpoint(table=other.table)
-    again.read(chain[0])
-    again.read(chain[1])
-    again.write(str(tmp_path / "own"))
-    with pytest.raises(tf.errors.FailedPreconditionError, match="restore the checkpoint these changes follow first"):
-        again.read(chain[2])  # it follows delta0, but the table is now as of its own save
+    for trained in (False, True):
+        other = DynamicEmbedding(DIM, name="items")
+        other.build(None)
+        again = tf.train.Checkpoint(table=other.table)
+        again.read(chain[0])
+        again.read(chain[1])
+        again.write(str(tmp_path / f"own-{trained}"))  # a save of its own: still as of delta0
+        if not trained:
+            again.read(chain[2])
+            assert_same_rows(sorted_rows(other.table), sorted_rows(source.table))
+            continue
+        other.table.apply_gradients(KEYS[:1], np.ones((1, DIM), np.float32), step=-1)
+        before = sorted_rows(other.table)
+        with pytest.raises(tf.errors.FailedPreconditionError,
+                           match="has changed since its last save or restore .*restore the checkpoint "
+                                 "these changes follow first"):
+            again.read(chain[2])  # delta1 follows delta0, which the trained table no longer equals
+        assert_same_rows(sorted_rows(other.table), before)
 
 
 def test_a_table_cleared_since_its_last_save_saves_whole_under_changes_only(tmp_path):

@@ -150,6 +150,9 @@ struct Stripe {
   std::vector<uint32_t> removed_stamps;
   // Removals stamped up to this may have been dropped from the record (-1: none was).
   int64_t removals_lost_through = -1;
+  // The newest stamp of any change here, row or removal (Table::EqualsState reads it
+  // without the lock).
+  std::atomic<uint32_t> last_change{0};
 
   static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
   static uint64_t ChunkFirstRow(size_t c) { return kFirstChunkRows * ((uint64_t{1} << c) - 1); }
@@ -183,6 +186,10 @@ struct Stripe {
     const uint32_t now = static_cast<uint32_t>(change_clock->now.load());
     RowStamp(r) = now;
     word_stamps[r >> 6] = std::max(word_stamps[r >> 6], now);
+    NoteChange(now);
+  }
+  void NoteChange(uint32_t now) {
+    if (last_change.load(std::memory_order_relaxed) < now) last_change.store(now, std::memory_order_relaxed);
   }
   uint32_t& RowStamp(uint64_t r) const {
     const size_t c = ChunkOf(r);
@@ -470,6 +477,7 @@ struct Stripe {
   // chains whose last save is older than what went then save whole.
   void RememberRemoved(uint64_t key) {
     const int64_t now = change_clock->now.load();
+    NoteChange(static_cast<uint32_t>(now));
     if (!change_clock->removals_wanted.load()) return;
     if (removed_keys.size() >= std::max(kMinRemovedKeysKept, size / 2)) {
       const size_t half = removed_keys.size() / 2;

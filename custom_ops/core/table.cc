@@ -635,6 +635,8 @@ void Table::Clear(bool keep_memory) {
   // No record says that every row went: a chain saved before now saves whole next.
   const int64_t now = change_clock_.now.load();
   for (auto& s : stripes_) s->removals_lost_through = now;
+  std::lock_guard<std::mutex> state_lock(state_mu_);
+  state_ids_.clear();
 }
 
 template <typename Fn>

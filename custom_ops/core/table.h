@@ -234,10 +234,14 @@ class Table {
   // lock, so each row is saved as of one moment. Sets out->changes_incomplete when a
   // stripe has dropped removal records the save needed (it must then be whole).
   void SaveChunk(int64_t cursor, int64_t max_rows, int64_t changed_after, ExportChunk* out) const;
-  // The id of the save the table's rows last equalled: its last save, or the save it was
-  // last restored from (0: none known). A restore of changes checks the save they follow.
-  uint64_t StateId() const { return state_id_.load(); }
-  void SetStateId(uint64_t id) { state_id_.store(id); }
+  // The saves the rows equal, which a restore of changes must follow. A save (of any kind:
+  // saving changes no row) or a restore with id `id` that read the table as of change stamp
+  // `stamp` records it: beside the ids recorded before when no row has changed since
+  // those, else in their place. A change stamped later, or Clear, ends them all.
+  void RecordState(uint64_t id, int64_t stamp);
+  bool EqualsState(uint64_t id) const;
+  // For errors: the ids recorded, and whether a row changed since.
+  std::string DescribeState() const;
 
   // Serving exports read the rows in passes: SelectForServing picks the live rows whose
   // occurrence count is at least min_count (a bit per row number); SortSelected orders one
@@ -371,7 +375,11 @@ class Table {
   mutable std::mutex clock_times_mu_;
   std::vector<std::pair<int64_t, int64_t>> clock_times_;
   ChangeClock change_clock_;
-  std::atomic<uint64_t> state_id_{0};
+  static constexpr size_t kMaxStateIds = 8;  // an unchanged table's saves beyond are rare
+  mutable std::mutex state_mu_;
+  std::vector<uint64_t> state_ids_;  // oldest first
+  int64_t state_stamp_ = -1;
+  bool ChangedSince(int64_t stamp) const;
   struct ChainRecord {
     std::string name;
     ChainPoint point;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 
 #include "custom_ops/core/row_layout.h"
 #include "custom_ops/core/stripe.h"
@@ -68,6 +69,37 @@ int64_t Table::BeginSave() {
   // Wanted before the clock moves: a removal stamped after this save is recorded.
   change_clock_.removals_wanted.store(true);
   return change_clock_.now.fetch_add(1);
+}
+
+bool Table::ChangedSince(int64_t stamp) const {
+  for (const auto& s : stripes_) {
+    if (int64_t{s->last_change.load(std::memory_order_relaxed)} > stamp) return true;
+  }
+  return false;
+}
+
+void Table::RecordState(uint64_t id, int64_t stamp) {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (state_ids_.empty() || ChangedSince(state_stamp_)) state_ids_.clear();
+  if (id == 0) return;  // none known: a restore from files of several saves
+  if (state_ids_.size() == kMaxStateIds) state_ids_.erase(state_ids_.begin());
+  state_ids_.push_back(id);
+  state_stamp_ = stamp;
+}
+
+bool Table::EqualsState(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return std::find(state_ids_.begin(), state_ids_.end(), id) != state_ids_.end() &&
+         !ChangedSince(state_stamp_);
+}
+
+std::string Table::DescribeState() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (state_ids_.empty()) return "has no save or restore it equals";
+  std::string ids;
+  for (uint64_t id : state_ids_) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+  return ChangedSince(state_stamp_) ? "has changed since its last save or restore (" + ids + ")"
+                                    : "equals the save(s) " + ids;
 }
 
 bool Table::LastSaveOfChain(const std::string& chain, ChainPoint* point) const {

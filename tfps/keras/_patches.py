@@ -91,9 +91,6 @@ PATCHES = (
     Patch("tensorflow.python.checkpoint.checkpoint_management", "_delete_file_if_exists",
           checkpoint.deleting_table_files,
           "CheckpointManager's deletion of old checkpoints takes their table files too"),
-    Patch("tensorflow.python.saved_model.save", "save_and_return_nodes", checkpoint.saving_a_model,
-          "a SavedModel (tf.saved_model.save, Keras' saves and exports) leaves each table's "
-          "checkpoint state, which restores of changes follow, as it was"),
 )
 
 KERAS3_PATCHES = (

@@ -325,7 +325,6 @@ def commit(layers, plans, export_dir, export_id, chain):
         for shard, stamp in zip(layer.table.shards, plan.stamps):
             def call(shard=shard, stamp=stamp):
                 with tf.device(shard.resource_handle.device):
-                    ops.tfps_table_commit_save(shard.resource_handle, export_dir, export_id, stamp, chain=chain,
-                                               is_checkpoint=False)
+                    ops.tfps_table_commit_save(shard.resource_handle, export_dir, export_id, stamp, chain=chain)
             calls.append(call)
     on_every_shard(calls)

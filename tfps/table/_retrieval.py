@@ -90,8 +90,7 @@ def save_for_retrieval(table_or_layer, directory, changes_only=False, chain=DEFA
                        overwrite=True)
     for shard, device, (_, _, _, stamp, _) in zip(shards, devices, written):
         with tf.device(device):
-            ops.tfps_table_commit_save(shard.resource_handle, directory, export_id, stamp, chain=chain,
-                                       is_checkpoint=False)
+            ops.tfps_table_commit_save(shard.resource_handle, directory, export_id, stamp, chain=chain)
     return manifest
 
 

@@ -38,26 +38,9 @@ _OPTIMIZERS = tuple(cls.op_name for cls in optimizers_lib.OPTIMIZERS)  # checkpo
 class _Mode(threading.local):
     changes_only = False
     chain = ""
-    is_checkpoint = True
 
 
 _mode = _Mode()
-
-
-def saving_a_model(save):
-    """Wraps TensorFlow's SavedModel save (tf.saved_model.save, Keras' SavedModel saves and
-    Keras 3's export): the table files a SavedModel holds are not a checkpoint that a
-    restore of changes follows, so its save leaves each table's state as it was."""
-
-    @functools.wraps(save)
-    def save_model(*args, **kwargs):
-        previous, _mode.is_checkpoint = _mode.is_checkpoint, False
-        try:
-            return save(*args, **kwargs)
-        finally:
-            _mode.is_checkpoint = previous
-
-    return save_model
 
 
 @contextlib.contextmanager
@@ -76,7 +59,7 @@ def changes_only(chain=None):
     """
     if chain is not None and (not isinstance(chain, str) or not chain):
         raise ValueError(f"tfps.checkpoint.changes_only: chain must be a non-empty string, got {chain!r}")
-    with _changes_only_set(True, chain or ""):
+    with _mode_set(changes_only=True, chain=chain or ""):
         yield
 
 
@@ -88,7 +71,7 @@ def chain(name):
     save of changes follows the checkpoint restored."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"tfps.checkpoint.chain: name must be a non-empty string, got {name!r}")
-    with _changes_only_set(_mode.changes_only, name):
+    with _mode_set(chain=name):
         yield
 
 
@@ -118,24 +101,25 @@ class TracedWriter:
         known = self._traced.get(kind)
         if known is None or known[0] != signature:
             function = tf.function(lambda prefix: self._checkpoint.write(prefix), autograph=False)
-            with _changes_only_set(changes_only):
+            with _mode_set(changes_only=changes_only):
                 function.get_concrete_function(tf.TensorSpec([], tf.string))
             known = self._traced[kind] = (signature, function)
-        with _changes_only_set(changes_only):  # in case tf.function traces it once more
+        with _mode_set(changes_only=changes_only):  # in case tf.function traces it once more
             known[1](tf.constant(file_prefix, tf.string))
         return file_prefix
 
 
 @contextlib.contextmanager
-def _changes_only_set(value, chain=None):
-    previous = (_mode.changes_only, _mode.chain)
-    _mode.changes_only = value
-    if chain is not None:
-        _mode.chain = chain
+def _mode_set(**fields):
+    """Sets fields of this thread's _mode for the block, then puts back what they were."""
+    previous = {name: getattr(_mode, name) for name in fields}
+    for name, value in fields.items():
+        setattr(_mode, name, value)
     try:
         yield
     finally:
-        _mode.changes_only, _mode.chain = previous
+        for name, value in previous.items():
+            setattr(_mode, name, value)
 
 
 def _shards(table):
@@ -169,7 +153,7 @@ def _save(trackables, file_prefix):
         shards = _shards(trackables[key])
         suffixes = [f".t{t}.shard-{i:05d}-of-{len(shards):05d}" for i in range(len(shards))]
         # Thread-local: read here, not in the shards' threads.
-        changes, chain, is_checkpoint = _mode.changes_only, _mode.chain, _mode.is_checkpoint
+        changes, chain = _mode.changes_only, _mode.chain
 
         def save_shard(i, shard=None, suffix=None):
             with tf.device(shard.resource_handle.device):
@@ -184,8 +168,7 @@ def _save(trackables, file_prefix):
                     tf.constant(_layout(trackables[key]), tf.int64)]
         shard_files += [file_prefix + suffix for suffix in suffixes]
         writers += [shard.resource_handle.device or "this task" for shard in shards]
-        commits += [functools.partial(_commit, shard, file_prefix + suffix, save_id, stamp, chain,
-                                      is_checkpoint)
+        commits += [functools.partial(_commit, shard, file_prefix + suffix, save_id, stamp, chain)
                     for shard, suffix, (_, stamp) in zip(shards, suffixes, saved)]
     # The manifest depends on every shard's row count, so it is written, and merged into
     # the checkpoint, only after every shard file is complete and seen from here (a task
@@ -202,10 +185,9 @@ def _save(trackables, file_prefix):
         return tf.identity(file_prefix)
 
 
-def _commit(shard, path, save_id, stamp, chain, is_checkpoint):
+def _commit(shard, path, save_id, stamp, chain):
     with tf.device(shard.resource_handle.device):
-        return ops.tfps_table_commit_save(shard.resource_handle, path, save_id, stamp, chain=chain,
-                                          is_checkpoint=is_checkpoint)
+        return ops.tfps_table_commit_save(shard.resource_handle, path, save_id, stamp, chain=chain)
 
 
 def _restore(trackables, merged_prefix):

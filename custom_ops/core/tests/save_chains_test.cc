@@ -74,7 +74,7 @@ Saved Save(Table& t, const std::string& chain, bool changes, uint64_t save_id, i
     }
     if (incomplete) continue;
     t.RecordChainSave(chain, Table::ChainPoint{save_id, stamp});
-    t.SetStateId(save_id);
+    t.RecordState(save_id, stamp);
     return saved;
   }
 }
@@ -85,14 +85,14 @@ void Restore(const Saved& saved, Table* replica) {
   if (saved.whole) {
     replica->Clear();
   } else {
-    CHECK_TRUE(saved.base_id == replica->StateId());
+    CHECK_TRUE(replica->EqualsState(saved.base_id));
     replica->Remove(reinterpret_cast<const uint64_t*>(saved.removed.data()),
                     static_cast<int64_t>(saved.removed.size()), kSerial);
   }
   replica->Import(reinterpret_cast<const uint64_t*>(saved.keys.data()),
                   static_cast<int64_t>(saved.keys.size()), saved.values.data(), saved.slots.data(),
                   saved.metadata.data(), kSerial);
-  replica->SetStateId(saved.save_id);
+  replica->RecordState(saved.save_id, replica->BeginSave());  // as a restore does
 }
 
 std::vector<int64_t> Sorted(std::vector<int64_t> v) {

@@ -209,6 +209,40 @@ void TestClearKeepingMemoryReusesItForNewRows() {
   CHECK_TRUE(t.RowMemoryBytes() == 0 && t.MappedRowBytes() == 0);
 }
 
+// The saves a table's rows equal: a save or restore joins them while no row changes, and
+// an insert, an update, a removal or a clear ends them.
+void TestStateFollowsRowChanges() {
+  Table t(Config(2, OptimizerKind::kSgd, InitializerKind::kZeros));
+  std::vector<uint64_t> keys = {5, 6, 7};
+  std::vector<float> out(3 * 2), grads(3 * 2, 1.0f);
+  CHECK_TRUE(!t.EqualsState(11));
+  t.FindOrInsert(keys.data(), 3, out.data(), kSerial);
+  t.RecordState(11, t.BeginSave());
+  t.RecordState(12, t.BeginSave());  // nothing changed: the rows equal both saves
+  CHECK_TRUE(t.EqualsState(11) && t.EqualsState(12) && !t.EqualsState(13));
+  t.Find(keys.data(), 3, out.data(), nullptr, kSerial);  // a lookup that is not training changes nothing
+  CHECK_TRUE(t.EqualsState(11));
+  CHECK_TRUE(t.ApplyGradients(keys.data(), 1, grads.data(), 1, kSerial));
+  CHECK_TRUE(!t.EqualsState(11) && !t.EqualsState(12));
+  const int64_t stamp = t.BeginSave();
+  CHECK_TRUE(t.ApplyGradients(keys.data(), 1, grads.data(), 1, kSerial));  // during the save
+  t.RecordState(13, stamp);  // the rows changed after the save read them
+  CHECK_TRUE(!t.EqualsState(13));
+  t.RecordState(14, t.BeginSave());
+  CHECK_TRUE(t.EqualsState(14) && !t.EqualsState(13));
+  t.Remove(keys.data() + 2, 1, kSerial);
+  CHECK_TRUE(!t.EqualsState(14));
+  t.RecordState(15, t.BeginSave());
+  uint64_t new_key = 8;
+  t.FindOrInsert(&new_key, 1, out.data(), kSerial);
+  CHECK_TRUE(!t.EqualsState(15));
+  t.RecordState(16, t.BeginSave());
+  t.Clear();
+  CHECK_TRUE(!t.EqualsState(16));
+  for (uint64_t id = 20; id < 30; ++id) t.RecordState(id, t.BeginSave());  // the newest 8 kept
+  CHECK_TRUE(!t.EqualsState(21) && t.EqualsState(22) && t.EqualsState(29));
+}
+
 // A lookup counts each key's occurrences (given, or one per entry, repeats included),
 // saturating; an apply does not count.
 void TestFindOrInsertCountsOccurrences() {
@@ -968,6 +1002,7 @@ int main() {
   tfps::TestNonFiniteGradientRejectsWholeApply();
   tfps::TestMemoryFollowsRowsThatHoverAtABlockEnd();
   tfps::TestFindOrInsertCountsOccurrences();
+  tfps::TestStateFollowsRowChanges();
   tfps::TestClearKeepingMemoryReusesItForNewRows();
   tfps::TestFiniteCheckCoversEveryPosition();
   tfps::TestStripesGrowThroughStaggeredSizes();

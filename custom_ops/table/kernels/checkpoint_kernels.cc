@@ -222,7 +222,6 @@ class RowFilesCheckOp : public OpKernel {
     std::vector<std::string> paths;
     std::vector<int64_t> expected_rows;
     OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>RowFilesCheck", 1, &paths, &expected_rows));
-    const uint64_t state_id = resource->table().StateId();
     int64_t clock = 0;
     for (size_t i = 0; i < paths.size(); ++i) {
       RowFileHeader header;
@@ -235,12 +234,14 @@ class RowFilesCheckOp : public OpKernel {
       OP_REQUIRES_OK(ctx, read);
       // Changes applied to another state than the one they follow would give a table that
       // never existed (a chain restored out of order, or changes without their whole save).
-      OP_REQUIRES(ctx, header.kind != kShardChanges || header.base_id == 0 || header.base_id == state_id,
+      OP_REQUIRES(ctx, header.kind != kShardChanges || header.base_id == 0 ||
+                           resource->table().EqualsState(header.base_id),
                   absl::FailedPreconditionError(absl::StrCat(
                       "tfps checkpoint file '", paths[i], "' holds the changes since the save with "
-                      "id ", header.base_id, ", but the table restoring it was last saved or "
-                      "restored as ", state_id, " (0: none known); restore the checkpoint these "
-                      "changes follow first (the last whole one, then each later one in order)")));
+                      "id ", header.base_id, ", but the table restoring it ",
+                      resource->table().DescribeState(), "; restore the checkpoint these changes "
+                      "follow first (the last whole one, then each later one in order), with no "
+                      "training or other change of the table between")));
       clock = std::max(clock, header.clock);
     }
     Tensor* out;
@@ -395,7 +396,7 @@ class TableRestoreOp : public OpKernel {
     if (save_id != 0 && continue_chain_) {
       table.RecordChainSave(ChainOf(chain_, paths[0]), Table::ChainPoint{save_id, stamp});
     }
-    table.SetStateId(save_id);
+    table.RecordState(save_id, stamp);
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = restored;
@@ -465,7 +466,6 @@ class TableCommitSaveOp : public OpKernel {
  public:
   explicit TableCommitSaveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("chain", &chain_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("is_checkpoint", &is_checkpoint_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -476,14 +476,13 @@ class TableCommitSaveOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableCommitSave", 2, "save_id", &save_id));
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableCommitSave", 3, "stamp", &stamp));
     const uint64_t id = static_cast<uint64_t>(save_id->scalar<int64_t>()());
-    resource->table().RecordChainSave(ChainOf(chain_, path->scalar<::tensorflow::tstring>()()),
-                                      Table::ChainPoint{id, stamp->scalar<int64_t>()()});
-    if (is_checkpoint_) resource->table().SetStateId(id);
+    const Table::ChainPoint point{id, stamp->scalar<int64_t>()()};
+    resource->table().RecordChainSave(ChainOf(chain_, path->scalar<::tensorflow::tstring>()()), point);
+    resource->table().RecordState(point.save_id, point.stamp);
   }
 
  private:
   std::string chain_;
-  bool is_checkpoint_ = true;
 };
 
 // Fails, naming the file and the task that wrote it, when a shard's file is not visible

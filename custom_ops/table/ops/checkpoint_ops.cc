@@ -63,7 +63,6 @@ REGISTER_OP("Tfps>TableCommitSave")
     .Input("save_id: int64")
     .Input("stamp: int64")
     .Attr("chain: string = ''")
-    .Attr("is_checkpoint: bool = true")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle unused;
@@ -73,9 +72,9 @@ REGISTER_OP("Tfps>TableCommitSave")
     .Doc(R"doc(
 Records the save Tfps>TableSave wrote to `path` (its `save_id` and `stamp`) as the last save
 of its chain (`chain`, by default the directory of `path`): the chain's next save of
-changes holds what changed after it. A checkpoint's save (`is_checkpoint`) also becomes
-the table's state, which a later restore of changes must follow; an export for serving or
-retrieval leaves the table's state as it was, since saving changes no row.
+changes holds what changed after it. The table also records that its rows equal this save
+(beside the saves and restore they equalled already, unless a row changed since): a restore
+of changes must follow a save or restore the rows still equal.
 )doc");
 
 REGISTER_OP("Tfps>RowFilesVisible")
