@@ -68,6 +68,7 @@ void PendingCounts::Halve() {
   // An admitted key's counters (min_count or more) outlive a halving or two: count half
   // of those forgotten as still held, a rough mean over counts.
   forgotten_ /= 2;
+  elsewhere_ /= 2;
   used_in_first_row_ = 0;
   for (size_t i = 0; i < cells_.size(); ++i) {
     cells_[i] >>= 1;
@@ -125,14 +126,16 @@ void PendingCounts::Reserve(size_t more) {
   if (capacity != keys_.size()) GrowExact(capacity);
 }
 
-int64_t PendingCounts::EstimateKeys() const {
-  if (exact()) return static_cast<int64_t>(exact_size_);
+int64_t PendingCounts::Counted() const {
   const size_t clear = width_ - used_in_first_row_;
   if (used_in_first_row_ == 0) return 0;
-  const int64_t counted = clear == 0 ? static_cast<int64_t>(width_)
-                                     : std::llround(static_cast<double>(width_) *
-                                                    std::log(static_cast<double>(width_) / clear));
-  return std::max<int64_t>(0, counted - static_cast<int64_t>(forgotten_));
+  return clear == 0 ? static_cast<int64_t>(width_)
+                    : std::llround(static_cast<double>(width_) * std::log(static_cast<double>(width_) / clear));
+}
+
+int64_t PendingCounts::EstimateKeys() const {
+  if (exact()) return static_cast<int64_t>(exact_size_);
+  return std::max<int64_t>(0, Counted() - static_cast<int64_t>(forgotten_ + elsewhere_));
 }
 
 size_t PendingCounts::MemoryBytes() const {
@@ -144,12 +147,14 @@ void PendingCounts::Clear() {
   std::fill(cells_.begin(), cells_.end(), 0);
   used_in_first_row_ = 0;
   forgotten_ = 0;
+  elsewhere_ = 0;
   std::fill(counts_.begin(), counts_.end(), 0);
   exact_size_ = 0;
 }
 
-void PendingCounts::MergeCells(const uint16_t* cells, size_t width) {
+void PendingCounts::MergeCells(const uint16_t* cells, size_t width, double share) {
   if (exact() || width == 0) return;
+  const int64_t before = Counted();
   for (int r = 0; r < kDepth; ++r) {
     uint16_t* mine = cells_.data() + r * width_;
     const uint16_t* saved = cells + r * width;
@@ -163,6 +168,8 @@ void PendingCounts::MergeCells(const uint16_t* cells, size_t width) {
   }
   used_in_first_row_ = 0;
   for (size_t i = 0; i < width_; ++i) used_in_first_row_ += cells_[i] != 0;
+  const int64_t added = std::max<int64_t>(0, Counted() - before);
+  elsewhere_ += static_cast<size_t>(std::llround(static_cast<double>(added) * (1.0 - share)));
 }
 
 void PendingCounts::AddExact(uint64_t key, uint32_t count) {

@@ -46,8 +46,10 @@ class PendingCounts {
   const std::vector<uint16_t>& cells() const { return cells_; }
   // Merges saved cells of another sketch (any power-of-two width): each of this sketch's
   // counters takes the largest of the saved counters it covers, folding a wider sketch or
-  // repeating a narrower one, so no key's estimate falls below its saved one.
-  void MergeCells(const uint16_t* cells, size_t width);
+  // repeating a narrower one, so no key's estimate falls below its saved one. `share` is
+  // the part of the saved keys that come here (a saved stripe split over several stripes
+  // or shards): EstimateKeys counts only that part of the keys the merge added.
+  void MergeCells(const uint16_t* cells, size_t width, double share = 1.0);
   // Exact counts, for each key with fn(key, count).
   template <typename Fn>
   void ForEachExact(Fn&& fn) const {
@@ -63,11 +65,13 @@ class PendingCounts {
   void Halve();
   size_t Home(uint64_t key) const;
   void GrowExact(size_t capacity);
+  int64_t Counted() const;  // sketch: the distinct keys its first row holds
 
   size_t width_ = 0;
   std::vector<uint16_t> cells_;
   size_t used_in_first_row_ = 0;
   size_t forgotten_ = 0;  // sketch: keys admitted since, halved with the counters
+  size_t elsewhere_ = 0;  // sketch: merged keys that go to other stripes or shards, halved too
   // Exact: slots of keys and counts; a slot is free where its count is 0.
   std::vector<uint64_t> keys_;
   std::vector<uint32_t> counts_;

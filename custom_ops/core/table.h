@@ -286,8 +286,10 @@ class Table {
   // Both restore counts of keys waiting for admission, which a table without admission
   // drops. Merges a saved sketch of one stripe of a table with `saved_log2_stripes` stripes
   // into the stripes that hold its keys here (each counter the largest of the ones it covers).
+  // `shard_share` is the part of the saved keys this table holds (1 / shards when every
+  // new shard reads every saved one), so the estimate of keys waiting counts only those.
   void MergePendingSketch(int saved_stripe, int saved_log2_stripes, const uint16_t* cells,
-                          size_t width);
+                          size_t width, double shard_share = 1.0);
   // Adds saved exact counts of keys not yet admitted. May throw AllocationFailure.
   void AddPending(const uint64_t* keys, const uint32_t* counts, int64_t n);
 

@@ -251,7 +251,7 @@ void Table::ClearPending() {
 }
 
 void Table::MergePendingSketch(int saved_stripe, int saved_log2_stripes, const uint16_t* cells,
-                               size_t width) {
+                               size_t width, double shard_share) {
   if (config_.admission.kind == AdmissionKind::kNone) return;  // a table that admits every key
   // A key's stripe is the top bits of its hash: with more stripes here, the saved stripe's
   // keys spread over several of them; with fewer, several saved stripes share one.
@@ -261,7 +261,7 @@ void Table::MergePendingSketch(int saved_stripe, int saved_log2_stripes, const u
   const int count = here >= saved_log2_stripes ? 1 << (here - saved_log2_stripes) : 1;
   for (int i = first; i < first + count; ++i) {
     std::unique_lock<std::shared_mutex> lock(stripes_[i]->mu);
-    stripes_[i]->pending.MergeCells(cells, width);
+    stripes_[i]->pending.MergeCells(cells, width, shard_share / count);
   }
 }
 

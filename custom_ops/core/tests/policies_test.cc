@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <unordered_map>
 #include <vector>
@@ -307,7 +308,8 @@ void TestCapEvictsByRankAndReusesMemory() {
 }
 
 // Saved sketch cells merge into a table of other stripes and widths: no key's estimate
-// falls below what it was.
+// falls below what it was, and the keys waiting are counted once however the saved
+// stripes and shards are split.
 void TestSavedSketchesMergeIntoOtherLayouts() {
   TableConfig wide = Admitting(AdmissionKind::kMinCount, 1 << 20);
   wide.admission.min_count = 1000000;
@@ -338,6 +340,20 @@ void TestSavedSketchesMergeIntoOtherLayouts() {
     }
   }
   CHECK_TRUE(never_below);
+  // As shard i of 3 restoring a save of one shard: each holds a third of its keys.
+  std::vector<std::unique_ptr<Table>> shards;
+  for (int i = 0; i < 3; ++i) shards.push_back(std::make_unique<Table>(more));
+  for (int s = 0; s < 16; ++s) {
+    const PendingCounts p = saved.PendingOfStripe(s);
+    for (auto& shard : shards) shard->MergePendingSketch(s, 4, p.cells().data(), p.width(), 1.0 / 3);
+  }
+  const int64_t waiting = saved.Stats().pending;
+  int64_t split = 0;
+  for (const auto& shard : shards) split += shard->Stats().pending;
+  CHECK_TRUE(std::abs(waiting - static_cast<int64_t>(truth.size())) < static_cast<int64_t>(truth.size()) / 20);
+  for (int64_t restored : {into_fewer.Stats().pending, into_more.Stats().pending, split}) {
+    CHECK_TRUE(std::abs(restored - waiting) < waiting / 10);
+  }
 }
 
 size_t VirtualBytes() {

@@ -302,11 +302,13 @@ struct SavedState {
   std::vector<std::pair<int64_t, int64_t>> clock_times;
   bool seen = false;
 
-  void Add(Table& table, const StateRecord& record, int64_t file_clock, uint32_t shard,
-           uint32_t num_shards) {
+  void Add(Table& table, const StateRecord& record, int64_t file_clock, uint32_t saved_shards,
+           uint32_t shard, uint32_t num_shards) {
     if (record.kind == StateRecord::kSketch) {
+      // Read by every new shard, a saved sketch's keys spread over all of them.
       table.MergePendingSketch(static_cast<int>(record.stripe), static_cast<int>(record.log2_stripes),
-                               record.cells.data(), record.width);
+                               record.cells.data(), record.width,
+                               saved_shards == num_shards ? 1.0 : 1.0 / num_shards);
       return;
     }
     if (record.kind == StateRecord::kPending) {
@@ -438,7 +440,7 @@ class TableRestoreOp : public OpKernel {
         }
         if (done) break;
         if (record.kind != StateRecord::kNone) {
-          state.Add(table, record, h.clock, shard, num_shards);
+          state.Add(table, record, h.clock, h.num_shards, shard, num_shards);
         } else if (!chunk.removed.empty()) {
           KeepShardKeys(&chunk.removed, shard, num_shards);
           table.Remove(reinterpret_cast<const uint64_t*>(chunk.removed.data()),
