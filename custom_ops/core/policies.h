@@ -94,6 +94,10 @@ bool ParseEvictionPolicy(const std::string& name, EvictionKind* kind);
 std::string EvictionPolicyNames();
 
 // Whether occurrence `index` (0-based, over the key's whole history) of `key` admits it.
+// The most occurrences of a key one call draws admission for; a key seen more often in one
+// call is admitted.
+constexpr uint32_t kMaxAdmissionDraws = 1 << 16;
+
 inline bool DrawsAdmission(uint64_t seed, uint64_t key, uint64_t index, float probability) {
   const uint64_t bits = RandomBits(seed ^ 0x61646d6974ULL, key, index);  // "admit"
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0) < probability;

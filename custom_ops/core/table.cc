@@ -404,6 +404,9 @@ bool Table::Admits(Stripe& s, uint64_t key, int64_t seen, uint32_t* count) const
       admit |= after >= static_cast<uint64_t>(admission.min_count);
       break;
     case AdmissionKind::kProbability:
+      // A draw per occurrence, under the stripe's lock: past kMaxAdmissionDraws in one call
+      // the key is frequent enough, as a saturated count is.
+      admit |= occurrences > kMaxAdmissionDraws;
       for (uint64_t i = before; i < uint64_t{before} + occurrences && !admit; ++i) {
         admit = DrawsAdmission(config_.seed, key, i, admission.probability);
       }

@@ -162,6 +162,19 @@ void TestProbabilityAdmissionIgnoresBatching() {
   const double expected = 1.0 - std::pow(0.75, 5);
   CHECK_TRUE(std::fabs(rate - expected) < 0.015);
   for (size_t i = 0; i < keys.size(); i += 97) CHECK_TRUE(Has(once, keys[i]) == Has(five_times, keys[i]));
+  // At a tiny p, keys counted a billion times in one call are admitted without a draw
+  // per occurrence (which under the stripe's lock took about a second a key); at the
+  // limit itself they still draw.
+  TableConfig rare = Admitting(AdmissionKind::kProbability, 0);
+  rare.admission.probability = 1e-9f;
+  Table many(rare);
+  const std::vector<int64_t> billions(64, int64_t{1} << 30), at_limit(64, kMaxAdmissionDraws);
+  std::vector<uint8_t> admitted(64);
+  many.FindOrInsert(keys.data(), 64, out.data(), kSerial, billions.data(), admitted.data());
+  CHECK_TRUE(std::all_of(admitted.begin(), admitted.end(), [](uint8_t a) { return a == 1; }));
+  Table limit(rare);
+  limit.FindOrInsert(keys.data(), 64, out.data(), kSerial, at_limit.data(), admitted.data());
+  CHECK_TRUE(limit.Size() == 0);  // 64 x 65,536 draws at p = 1e-9: none admits
 }
 
 TableConfig Evicting(EvictionKind kind) {
