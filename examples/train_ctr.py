@@ -79,12 +79,27 @@ class Throughput(keras.callbacks.Callback):
               f"{rate:,.0f} examples/s", flush=True)
 
 
+LAUNCH_FILE = "launch_id"  # beside the epoch checkpoints: the launch that wrote the latest
+
+
+def written_by_this_launch(directory):
+    """Whether the latest epoch checkpoint in `directory` is this tfps-launch launch's (its
+    TFPS_LAUNCH_ID), not an earlier run's that was given the same directory."""
+    launch = os.environ.get("TFPS_LAUNCH_ID")
+    path = os.path.join(directory, LAUNCH_FILE)
+    if not launch or not tf.io.gfile.exists(path):
+        return False
+    with tf.io.gfile.GFile(path) as f:
+        return f.read() == launch
+
+
 class EpochCheckpoint(keras.callbacks.Callback):
     """Writes the model's weights (as model.save_weights does, so load_weights reads them)
     to directory/weights-EE at each epoch's end, records the newest as the directory's
-    latest (an evaluator's tf.train.checkpoints_iterator watches it), and keeps the last
-    `keep`. It writes through tfps.checkpoint.TracedWriter: Keras' ModelCheckpoint writes
-    eagerly, which under a cluster traces TensorFlow's save function anew every epoch."""
+    latest (an evaluator's tf.train.checkpoints_iterator watches it) and the launch that
+    wrote it, and keeps the last `keep` of this launch's. It writes through
+    tfps.checkpoint.TracedWriter: Keras' ModelCheckpoint writes eagerly, which under a
+    cluster traces TensorFlow's save function anew every epoch."""
 
     def __init__(self, directory, keep=2):
         super().__init__()
@@ -92,29 +107,34 @@ class EpochCheckpoint(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.writer = tfps.checkpoint.TracedWriter(tf.train.Checkpoint(root=self.model))
-        # A restarted cluster keeps counting the checkpoints its first one wrote.
+        # A restarted cluster keeps counting the checkpoints its launch wrote before.
         state = tf.train.get_checkpoint_state(self.directory)
-        self.written = list(state.all_model_checkpoint_paths) if state else []
+        self.written = list(state.all_model_checkpoint_paths) if state and written_by_this_launch(
+            self.directory) else []
 
     def on_epoch_end(self, epoch, logs=None):
-        self.written.append(self.writer.write(os.path.join(self.directory, f"weights-{epoch + 1:02d}")))
+        path = self.writer.write(os.path.join(self.directory, f"weights-{epoch + 1:02d}"))
+        # An epoch that ends again after a restart rewrites its checkpoint: listed once.
+        self.written = [p for p in self.written if p != path] + [path]
         for old in self.written[:-self.keep]:
             tfps.checkpoint.delete(old)
         self.written = self.written[-self.keep:]
         # What CheckpointManager writes (its public twin is deprecated).
         checkpoint_management.update_checkpoint_state_internal(
-            self.directory, self.written[-1], all_model_checkpoint_paths=self.written,
-            save_relative_paths=True)
+            self.directory, path, all_model_checkpoint_paths=self.written, save_relative_paths=True)
+        # After the state: a launch never claims another run's latest checkpoint.
+        with tf.io.gfile.GFile(os.path.join(self.directory, LAUNCH_FILE), "w") as f:
+            f.write(os.environ.get("TFPS_LAUNCH_ID", ""))
 
 
 def resume_from_epoch_checkpoint(model, checkpoint_dir, backup_dir):
     """In a restarted cluster with no backup to resume from (fit deletes its backups when it
     ends, so a fault in the final evaluation or export leaves none; or backups are off),
-    loads the newest epoch checkpoint of this run into the model and returns the epochs it
-    holds, so training goes on from there instead of from the beginning. Returns 0 and
-    loads nothing otherwise, or in the launch's first cluster (a checkpoint directory given
-    to a new run is not resumed)."""
-    if int(os.environ.get("TFPS_CLUSTER_RESTARTS", "0")) == 0:
+    loads the newest epoch checkpoint of this launch into the model and returns the epochs
+    it holds, so training goes on from there instead of from the beginning. Returns 0 and
+    loads nothing otherwise: in the launch's first cluster, or when the latest checkpoint
+    in the directory is another run's."""
+    if int(os.environ.get("TFPS_CLUSTER_RESTARTS", "0")) == 0 or not written_by_this_launch(checkpoint_dir):
         return 0
     if backup_dir and tfps.callbacks.IncrementalBackup.resume_point(backup_dir) is not None:
         return 0  # the backup is newer than any epoch checkpoint: fit resumes from it

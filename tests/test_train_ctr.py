@@ -20,6 +20,13 @@ def run(cmd, tmp_path):
     return out.stdout
 
 
+def _train_ctr():
+    spec = importlib.util.spec_from_file_location("train_ctr", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_example_trains_evaluates_checkpoints_and_exports_locally(tmp_path):
     out = run([sys.executable, EXAMPLE, "--data_dir", str(tmp_path / "data"), "--checkpoint_dir",
                str(tmp_path / "ckpt"), "--export_dir", str(tmp_path / "export"),
@@ -36,10 +43,7 @@ def test_example_trains_evaluates_checkpoints_and_exports_locally(tmp_path):
                    if name.startswith("weights")}) == ["weights-02", "weights-03"]
     latest = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
     assert latest.endswith("weights-03")
-    spec = importlib.util.spec_from_file_location("train_ctr", EXAMPLE)
-    train_ctr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_ctr)
-    model = train_ctr.build_model(tf.distribute.get_strategy(), 16, 0.3)
+    model = _train_ctr().build_model(tf.distribute.get_strategy(), 16, 0.3)
     model.load_weights(latest).assert_existing_objects_matched()
     assert model.get_layer("fields").table.size() > 0  # the trained rows came back
     assert os.path.exists(tmp_path / "export" / "saved_model.pb")
@@ -66,3 +70,49 @@ def test_example_runs_with_worker_caches_beside_backups_and_epoch_checkpoints(tm
     sizes = eval(out.split("table sizes per PS shard: ")[1].split("\n")[0])
     assert len(sizes) == 2 and min(sizes) > 0  # both PS tasks hold keys
     assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith("weights-02")
+
+
+def test_epoch_checkpoints_resume_only_their_own_launch_and_survive_an_epoch_ended_again(tmp_path, monkeypatch):
+    """A restarted cluster with no backup resumes the newest epoch checkpoint its launch
+    wrote (tfps-launch's TFPS_LAUNCH_ID), never another run's in the same directory; an
+    epoch that ends again after a restart (resumed from a backup taken before its end)
+    rewrites its checkpoint and deletes none it keeps."""
+    import tf_keras as keras
+    train_ctr = _train_ctr()
+    directory = str(tmp_path / "ckpt")
+
+    def model_with(value):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(
+            1, kernel_initializer=keras.initializers.Constant(value))])
+        model.compile("sgd", "mse")
+        return model
+
+    def cluster(model, epochs_ended):
+        callback = train_ctr.EpochCheckpoint(directory)
+        callback.set_model(model)
+        callback.on_train_begin()
+        for epoch in epochs_ended:
+            callback.on_epoch_end(epoch, {})
+        return sorted(os.path.basename(p) for p in callback.written)
+
+    def resumed(model):
+        return train_ctr.resume_from_epoch_checkpoint(model, directory, str(tmp_path / "no-backup"))
+
+    monkeypatch.setenv("TFPS_LAUNCH_ID", "earlier")
+    monkeypatch.setenv("TFPS_CLUSTER_RESTARTS", "0")
+    assert cluster(model_with(1.0), range(3)) == ["weights-02", "weights-03"]
+    # A new launch given the same directory: its restart does not resume the earlier run.
+    monkeypatch.setenv("TFPS_LAUNCH_ID", "new")
+    monkeypatch.setenv("TFPS_CLUSTER_RESTARTS", "1")
+    model = model_with(7.0)
+    assert resumed(model) == 0 and (model.layers[0].kernel.numpy() == 7.0).all()
+    # Its own first cluster ends epochs 1 and 2, a restart ends epoch 2 again, twice.
+    monkeypatch.setenv("TFPS_CLUSTER_RESTARTS", "0")
+    assert cluster(model_with(2.0), range(2)) == ["weights-01", "weights-02"]
+    monkeypatch.setenv("TFPS_CLUSTER_RESTARTS", "1")
+    for _ in range(2):
+        assert cluster(model_with(3.0), [1]) == ["weights-01", "weights-02"]
+    assert tf.train.latest_checkpoint(directory).endswith("weights-02")
+    # After training: the restart resumes the launch's own last epoch.
+    model = model_with(9.0)
+    assert resumed(model) == 2 and (model.layers[0].kernel.numpy() == 3.0).all()

@@ -68,12 +68,14 @@ void PendingCounts::Halve() {
   // An admitted key's counters (min_count or more) outlive a halving or two: count half
   // of those forgotten as still held, a rough mean over counts.
   forgotten_ /= 2;
-  elsewhere_ /= 2;
   used_in_first_row_ = 0;
   for (size_t i = 0; i < cells_.size(); ++i) {
     cells_[i] >>= 1;
     if (i < width_ && cells_[i] != 0) ++used_in_first_row_;
   }
+  for (int bits = 1; bits < kCountBits; ++bits) elsewhere_[bits - 1] = elsewhere_[bits];
+  elsewhere_[kCountBits - 1] = 0.0;
+  elsewhere_[0] = 0.0;  // counts of 1 are gone
 }
 
 size_t PendingCounts::Home(uint64_t key) const {
@@ -135,7 +137,9 @@ int64_t PendingCounts::Counted() const {
 
 int64_t PendingCounts::EstimateKeys() const {
   if (exact()) return static_cast<int64_t>(exact_size_);
-  return std::max<int64_t>(0, Counted() - static_cast<int64_t>(forgotten_ + elsewhere_));
+  double elsewhere = 0.0;
+  for (double keys : elsewhere_) elsewhere += keys;
+  return std::max<int64_t>(0, Counted() - static_cast<int64_t>(forgotten_) - std::llround(elsewhere));
 }
 
 size_t PendingCounts::MemoryBytes() const {
@@ -147,7 +151,7 @@ void PendingCounts::Clear() {
   std::fill(cells_.begin(), cells_.end(), 0);
   used_in_first_row_ = 0;
   forgotten_ = 0;
-  elsewhere_ = 0;
+  elsewhere_.fill(0.0);
   std::fill(counts_.begin(), counts_.end(), 0);
   exact_size_ = 0;
 }
@@ -169,7 +173,19 @@ void PendingCounts::MergeCells(const uint16_t* cells, size_t width, double share
   used_in_first_row_ = 0;
   for (size_t i = 0; i < width_; ++i) used_in_first_row_ += cells_[i] != 0;
   const int64_t added = std::max<int64_t>(0, Counted() - before);
-  elsewhere_ += static_cast<size_t>(std::llround(static_cast<double>(added) * (1.0 - share)));
+  if (added == 0 || share >= 1.0) return;
+  // The other stripes' and shards' part of the added keys, spread over count sizes as the
+  // saved first row's counters are, so halvings age them as they age the counters.
+  std::array<double, kCountBits> cells_by_bits{};
+  double used = 0.0;
+  for (size_t i = 0; i < width; ++i) {
+    if (cells[i] == 0) continue;
+    cells_by_bits[64 - __builtin_clzll(cells[i])] += 1.0;
+    used += 1.0;
+  }
+  for (int bits = 1; bits < kCountBits; ++bits) {
+    elsewhere_[bits] += static_cast<double>(added) * (1.0 - share) * cells_by_bits[bits] / used;
+  }
 }
 
 void PendingCounts::AddExact(uint64_t key, uint32_t count) {

@@ -10,6 +10,7 @@
 #ifndef TFPS_CORE_PENDING_H_
 #define TFPS_CORE_PENDING_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -71,7 +72,10 @@ class PendingCounts {
   std::vector<uint16_t> cells_;
   size_t used_in_first_row_ = 0;
   size_t forgotten_ = 0;  // sketch: keys admitted since, halved with the counters
-  size_t elsewhere_ = 0;  // sketch: merged keys that go to other stripes or shards, halved too
+  // Sketch: merged keys that go to other stripes or shards, by the bit length of the count
+  // their saved counter held (a halving takes a bit off, and those at 1 go).
+  static constexpr int kCountBits = 17;
+  std::array<double, kCountBits> elsewhere_{};
   // Exact: slots of keys and counts; a slot is free where its count is 0.
   std::vector<uint64_t> keys_;
   std::vector<uint32_t> counts_;

@@ -636,10 +636,12 @@ void Table::Clear(bool keep_memory) {
     row_memory_.ReleaseAll();
   }
   // No record says that every row went: a chain saved before now saves whole next.
+  // ... and every save begun before now no longer equals the rows.
   const int64_t now = change_clock_.now.load();
-  for (auto& s : stripes_) s->removals_lost_through = now;
-  std::lock_guard<std::mutex> state_lock(state_mu_);
-  state_ids_.clear();
+  for (auto& s : stripes_) {
+    s->removals_lost_through = now;
+    s->NoteChange(static_cast<uint32_t>(now));
+  }
 }
 
 template <typename Fn>

@@ -236,8 +236,10 @@ class Table {
   void SaveChunk(int64_t cursor, int64_t max_rows, int64_t changed_after, ExportChunk* out) const;
   // The saves the rows equal, which a restore of changes must follow. A save (of any kind:
   // saving changes no row) or a restore with id `id` that read the table as of change stamp
-  // `stamp` records it: beside the ids recorded before when no row has changed since
-  // those, else in their place. A change stamped later, or Clear, ends them all.
+  // `stamp` records it, unless a row changed since: beside the ids recorded before when no
+  // row has changed since those, else in their place (the first of them and the newest
+  // kept, at most kMaxStateIds). A change stamped later, or Clear, ends them all. Stamps
+  // are 32 bits: a table saved 2^32 times would wrap them (saves of changes too).
   void RecordState(uint64_t id, int64_t stamp);
   bool EqualsState(uint64_t id) const;
   // For errors: the ids recorded, and whether a row changed since.

@@ -80,11 +80,23 @@ bool Table::ChangedSince(int64_t stamp) const {
 
 void Table::RecordState(uint64_t id, int64_t stamp) {
   std::lock_guard<std::mutex> lock(state_mu_);
-  if (state_ids_.empty() || ChangedSince(state_stamp_)) state_ids_.clear();
-  if (id == 0) return;  // none known: a restore from files of several saves
-  if (state_ids_.size() == kMaxStateIds) state_ids_.erase(state_ids_.begin());
+  if (id == 0) {  // none known: a restore from files of several saves
+    state_ids_.clear();
+    return;
+  }
+  if (ChangedSince(stamp)) return;  // rows changed after this save read them
+  if (!state_ids_.empty() && ChangedSince(state_stamp_)) state_ids_.clear();
+  if (state_ids_.empty()) {
+    state_ids_.push_back(id);
+    state_stamp_ = stamp;
+    return;
+  }
+  // The first id is the save or restore the rows first equalled (a follower's restore,
+  // which the next changes follow): saves beyond the cap replace later ones. Commits may
+  // come out of order, so the stamp kept is the oldest, which nothing has changed since.
+  if (state_ids_.size() == kMaxStateIds) state_ids_.erase(state_ids_.begin() + 1);
   state_ids_.push_back(id);
-  state_stamp_ = stamp;
+  state_stamp_ = std::min(state_stamp_, stamp);
 }
 
 bool Table::EqualsState(uint64_t id) const {

@@ -65,7 +65,9 @@ def _refuse_fewer_batches_than_shards(model, name, data):
             and model.distribute_strategy._should_use_with_coordinator):  # pylint: disable=protected-access
         return
     batches = int(data.cardinality())
-    if 0 <= batches < shards:
+    if batches == 0:
+        raise ValueError(f"{name} has no batches: there is nothing for model '{model.name}' to evaluate")
+    if 0 < batches < shards:
         raise ValueError(
             f"{name} has {batches} batches, fewer than the {shards} shards that exact evaluation "
             f"(pss_evaluation_shards, 'auto' being 5 per worker) splits it into, and a shard "

@@ -369,6 +369,31 @@ void TestSavedSketchesMergeIntoOtherLayouts() {
   }
 }
 
+// A shard restored from a saved sketch of every shard's keys counts only its part of them,
+// and halvings age the other shards' part as they age the counters: after one, what is
+// left is the keys saved with a count of 2 or more, of which its own are a third.
+void TestMergedShareAgesWithHalvings() {
+  const size_t width = 1 << 14;
+  const int n = static_cast<int>(width * 0.45);
+  for (double twice : {0.1, 0.5, 0.9}) {  // the share of saved keys seen twice
+    PendingCounts saved, restored;
+    saved.Configure(width);
+    restored.Configure(width);
+    for (int i = 0; i < n; ++i) saved.Add(Mix64(i + 1), i < twice * n ? 2 : 1);
+    restored.MergeCells(saved.cells().data(), width, 1.0 / 3);
+    const int64_t own = std::llround(n / 3.0);
+    CHECK_TRUE(std::abs(restored.EstimateKeys() - own) < own / 10);
+    // New keys of its own, once each, until the sketch halves.
+    for (uint64_t k = 1ull << 40;; ++k) {
+      const int64_t estimate = restored.EstimateKeys();
+      restored.Add(Mix64(k), 1);
+      if (restored.EstimateKeys() < estimate) break;
+    }
+    const int64_t surviving = std::llround(twice * n / 3);
+    CHECK_TRUE(std::abs(restored.EstimateKeys() - surviving) < surviving / 4 + 30);
+  }
+}
+
 size_t VirtualBytes() {
   long pages = 0;
   std::FILE* f = std::fopen("/proc/self/statm", "r");
@@ -453,6 +478,7 @@ int main() {
   tfps::TestExactCountsMatchAMap();
   tfps::TestMinCountAdmitsAtTheNthOccurrence();
   tfps::TestProbabilityAdmissionIgnoresBatching();
+  tfps::TestMergedShareAgesWithHalvings();
   tfps::TestTtlRemovesRowsUnseenForLonger();
   tfps::TestPacedPoliciesSweepStripesNoLookupReaches();
   tfps::TestTtlInSecondsUsesWhenStepsRan();

@@ -239,8 +239,25 @@ void TestStateFollowsRowChanges() {
   t.RecordState(16, t.BeginSave());
   t.Clear();
   CHECK_TRUE(!t.EqualsState(16));
-  for (uint64_t id = 20; id < 30; ++id) t.RecordState(id, t.BeginSave());  // the newest 8 kept
-  CHECK_TRUE(!t.EqualsState(21) && t.EqualsState(22) && t.EqualsState(29));
+  // A follower restores 20, then exports 9 times: the restore it equals first stays, with
+  // the newest saves.
+  for (uint64_t id = 20; id < 30; ++id) t.RecordState(id, t.BeginSave());
+  CHECK_TRUE(t.EqualsState(20) && !t.EqualsState(21) && !t.EqualsState(22) && t.EqualsState(23) &&
+             t.EqualsState(29));
+  // A save that began before a clear committed after it: the empty table equals none.
+  t.FindOrInsert(keys.data(), 3, out.data(), kSerial);
+  int64_t before_clear = t.BeginSave();
+  t.Clear();
+  t.RecordState(31, before_clear);
+  CHECK_TRUE(!t.EqualsState(31));
+  // Two saves committed out of order with a change between them: the rows equal the later.
+  t.FindOrInsert(keys.data(), 3, out.data(), kSerial);
+  const int64_t older = t.BeginSave();
+  CHECK_TRUE(t.ApplyGradients(keys.data(), 1, grads.data(), 1, kSerial));
+  const int64_t newer = t.BeginSave();
+  t.RecordState(33, newer);
+  t.RecordState(32, older);
+  CHECK_TRUE(t.EqualsState(33) && !t.EqualsState(32));
 }
 
 // A lookup counts each key's occurrences (given, or one per entry, repeats included),
