@@ -276,8 +276,9 @@ def run_round(kind, job, index, rng, work, data_dir):
     result["left_behind"] = sorted(processes_gone(launch_id))
     result["rows_compared"], result["rows_differing"], result["restores"] = compare_restores(job, report)
     result["steps_lost"] = steps_lost(job, report)
-    # Steps trained again after a restart: none when training had ended before the fault.
-    result["steps_retrained"] = sum(read_int(path) or 0 for path in glob.glob(os.path.join(report, "progress-[1-9]*")))
+    # Whether a restarted cluster ran a training step: none may when training had ended
+    # before the fault.
+    result["trained_after_restart"] = bool(glob.glob(os.path.join(report, "progress-[1-9]*")))
     if job.name == "stream_ctr":
         result["versions"], result["versions_serving"] = versions_serving(os.path.join(out, "serving"))
     # A SIGKILLed parameter server is seen to exit, a SIGSTOPped one found silent.
@@ -291,7 +292,7 @@ def run_round(kind, job, index, rng, work, data_dir):
                     and result["rows_differing"] == 0 and "error" not in result
                     and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])
                     and (result["restores"] > 0) == (kind != "worker")
-                    and (kind != "after_training" or result["steps_retrained"] == 0)
+                    and (kind != "after_training" or not result["trained_after_restart"])
                     and result.get("versions_serving", 2) == result.get("versions", 2) >= 2)
     return result
 
