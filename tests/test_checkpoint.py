@@ -344,6 +344,41 @@ def test_exports_between_restores_leave_the_next_changes_restorable(tmp_path):
         assert_same_rows(sorted_rows(other.table), before)
 
 
+def test_a_refused_restore_leaves_the_dense_layers_and_optimizer_as_they_were(tmp_path):
+    """TensorFlow restores other variables before the tables' saver runs: a restore of
+    changes the table refuses must not have moved the rest of the model already."""
+    def build():
+        ids = keras.Input((2,), dtype=tf.int64)
+        embedded = DynamicEmbedding(DIM, optimizer=tfps.optimizers.Adagrad(0.1), name="items")(ids)
+        model = keras.Model(ids, keras.layers.Dense(1)(keras.layers.Flatten()(embedded)))
+        model.compile(keras.optimizers.legacy.Adam(0.01), "mse")
+        return model
+    x, y = np.arange(64).reshape(32, 2), np.ones(32)
+    source = build()
+    writer = tf.train.Checkpoint(model=source)
+    chain = [writer.write(str(tmp_path / "whole"))]
+    for i in range(2):
+        source.fit(x + i, y, verbose=0)
+        with tfps.checkpoint.changes_only():
+            chain.append(writer.write(str(tmp_path / f"delta{i}")))
+    follower = build()
+    reader = tf.train.Checkpoint(model=follower)
+    reader.read(chain[0])
+    dense = [v.numpy() for v in follower.variables]
+    table = follower.get_layer("items").table
+    rows = sorted_rows(table)
+    with pytest.raises(tf.errors.FailedPreconditionError, match="restore the checkpoint these changes follow first"):
+        reader.read(chain[2])  # skips delta0
+    for before, variable in zip(dense, follower.variables):
+        np.testing.assert_array_equal(variable.numpy(), before, err_msg=variable.name)
+    assert_same_rows(sorted_rows(table), rows)
+    for path in chain[1:]:
+        reader.read(path)
+    for mine, theirs in zip(follower.variables, source.variables):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=mine.name)
+    assert_same_rows(sorted_rows(table), sorted_rows(source.get_layer("items").table))
+
+
 def test_a_table_cleared_since_its_last_save_saves_whole_under_changes_only(tmp_path):
     table = trained_table(tfps.DynamicTable(DIM))
     checkpoint = tf.train.Checkpoint(table=table)

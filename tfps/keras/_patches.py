@@ -91,6 +91,12 @@ PATCHES = (
     Patch("tensorflow.python.checkpoint.checkpoint_management", "_delete_file_if_exists",
           checkpoint.deleting_table_files,
           "CheckpointManager's deletion of old checkpoints takes their table files too"),
+    Patch("tensorflow.python.checkpoint.functional_saver.MultiDeviceSaver", "__init__",
+          checkpoint.recording_tables, "a checkpoint's saver keeps the tables it restores"),
+    Patch("tensorflow.python.checkpoint.functional_saver.MultiDeviceSaver", "restore",
+          checkpoint.checking_tables_first,
+          "a restore checks every table's files before TensorFlow restores any other variable, "
+          "so a refused restore leaves the whole model as it was"),
 )
 
 KERAS3_PATCHES = (

@@ -18,6 +18,7 @@ extends that deletion to the table files of the same prefix.
 
 import contextlib
 import functools
+import inspect
 import os
 import threading
 import uuid
@@ -38,6 +39,7 @@ _OPTIMIZERS = tuple(cls.op_name for cls in optimizers_lib.OPTIMIZERS)  # checkpo
 class _Mode(threading.local):
     changes_only = False
     chain = ""
+    files_checked = False  # a restore whose table files checking_tables_first checked
 
 
 _mode = _Mode()
@@ -192,7 +194,19 @@ def _commit(shard, path, save_id, stamp, chain):
 
 def _restore(trackables, merged_prefix):
     chain = _mode.chain  # the chain a restore continues: the files' directory by default
+    tables = _table_reads(trackables, merged_prefix)
+    # Every table's files are checked before any table's rows are replaced (reading each
+    # file whole: not twice).
+    with tf.control_dependencies([] if _mode.files_checked else _checks(tables)):
+        for shards, reads in tables:
+            _restore_shards(shards, reads, chain=chain)
+
+
+def _table_reads(trackables, merged_prefix):
+    """For each table of a checkpoint being restored: (its shards, what each shard reads:
+    paths and their row counts), the tables' layouts checked against the checkpoint's."""
     directory = tf.strings.regex_replace(merged_prefix, r"[^/]*$", "")
+    tables = []
     for key, table in sorted(trackables.items()):
         files, rows, layout = tf.raw_ops.RestoreV2(
             prefix=merged_prefix, tensor_names=_manifest_names(key), shape_and_slices=[""] * 3,
@@ -202,32 +216,65 @@ def _restore(trackables, merged_prefix):
         shards = _shards(table)
         # With as many shards as were saved, shard i finds all its keys in file i.
         same_count = tf.equal(tf.size(paths), len(shards))
-        reads = [tf.cond(same_count, lambda i=i: (paths[i:i + 1], rows[i:i + 1]),
-                         lambda: (paths, rows)) for i in range(len(shards))]
-        _check_then_restore(shards, reads, chain=chain)
+        tables.append((shards, [tf.cond(same_count, lambda i=i: (paths[i:i + 1], rows[i:i + 1]),
+                                        lambda: (paths, rows)) for i in range(len(shards))]))
+    return tables
 
 
-def _check_then_restore(shards, reads, chain="", continue_chain=True):
-    """Has every shard check the files it will read (reads[i]: its paths and their row
-    counts), and only when every check passed restore from them."""
-    shard = shards[0]
-
+def _checks(tables):
+    """Has every shard of every table check the files it will read (format, layout,
+    checksums, row counts, and that changes follow the rows it holds)."""
     def check(table_shard, shard_paths, shard_rows):
         with tf.device(table_shard.resource_handle.device):
             return ops.tfps_row_files_check(table_shard.resource_handle, shard_paths, shard_rows,
-                                            dim=shard.dim, num_slots=shard.num_slots,
-                                            optimizer=shard.optimizer.op_name)
+                                            dim=table_shard.dim, num_slots=table_shard.num_slots,
+                                            optimizer=table_shard.optimizer.op_name)
+    return [c for shards, reads in tables
+            for c in on_every_shard([functools.partial(check, table_shard, *read)
+                                     for table_shard, read in zip(shards, reads)])]
 
+
+def _restore_shards(shards, reads, chain="", continue_chain=True):
     def restore(i, table_shard, shard_paths, shard_rows):
         with tf.device(table_shard.resource_handle.device):
             return ops.tfps_table_restore(table_shard.resource_handle, shard_paths, shard_rows,
                                           i, len(shards), records_verified=True, chain=chain,
                                           continue_chain=continue_chain)
-    checks = on_every_shard([functools.partial(check, table_shard, *read)
-                              for table_shard, read in zip(shards, reads)])
-    with tf.control_dependencies(checks):
-        return on_every_shard([functools.partial(restore, i, table_shard, *read)
-                                for i, (table_shard, read) in enumerate(zip(shards, reads))])
+    return on_every_shard([functools.partial(restore, i, table_shard, *read)
+                           for i, (table_shard, read) in enumerate(zip(shards, reads))])
+
+
+def _check_then_restore(shards, reads, chain="", continue_chain=True):
+    """Has every shard check the files it will read (reads[i]: its paths and their row
+    counts), and only when every check passed restore from them."""
+    with tf.control_dependencies(_checks([(shards, reads)])):
+        return _restore_shards(shards, reads, chain=chain, continue_chain=continue_chain)
+
+
+def recording_tables(init):
+    """MultiDeviceSaver.__init__ (tfps.keras._patches): keeps the tables a saver restores."""
+    @functools.wraps(init)
+    def wrapped(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        registered = inspect.signature(init).bind(self, *args, **kwargs).arguments.get("registered_savers")
+        self._tfps_tables = (registered or {}).get(SAVER_NAME)
+    return wrapped
+
+
+def checking_tables_first(restore):
+    """MultiDeviceSaver.restore (tfps.keras._patches): TensorFlow restores other variables
+    before the registered savers' objects, so a table's refusal (changes that do not follow
+    its rows, a damaged file) would come after the dense layers and the optimizer had taken
+    the refused checkpoint's values. Every table's files are checked first, eagerly."""
+    @functools.wraps(restore)
+    def wrapped(self, file_prefix, *args, **kwargs):
+        tables = getattr(self, "_tfps_tables", None)
+        if not (tables and tf.executing_eagerly()):
+            return restore(self, file_prefix, *args, **kwargs)
+        _checks(_table_reads(tables, file_prefix))
+        with _mode_set(files_checked=True):
+            return restore(self, file_prefix, *args, **kwargs)
+    return wrapped
 
 
 def _save_shard(shards, i, path):
