@@ -338,7 +338,7 @@ def test_exports_between_restores_leave_the_next_changes_restorable(tmp_path):
         other.table.apply_gradients(KEYS[:1], np.ones((1, DIM), np.float32), step=-1)
         before = sorted_rows(other.table)
         with pytest.raises(tf.errors.FailedPreconditionError,
-                           match="has changed since its last save or restore .*restore the checkpoint "
+                           match="has changed since its last save or restore, of .*restore the checkpoint "
                                  "these changes follow first"):
             again.read(chain[2])  # delta1 follows delta0, which the trained table no longer equals
         assert_same_rows(sorted_rows(other.table), before)

@@ -240,7 +240,8 @@ class Table {
   // row has changed since those, else in their place (the first of them and the newest
   // kept, at most kMaxStateIds). A change stamped later, or Clear, ends them all. Stamps
   // are 32 bits: a table saved 2^32 times would wrap them (saves of changes too).
-  void RecordState(uint64_t id, int64_t stamp);
+  // `where`: the file the save wrote or the restore read, for errors.
+  void RecordState(uint64_t id, int64_t stamp, const std::string& where = "");
   bool EqualsState(uint64_t id) const;
   // For errors: the ids recorded, and whether a row changed since.
   std::string DescribeState() const;
@@ -381,7 +382,7 @@ class Table {
   ChangeClock change_clock_;
   static constexpr size_t kMaxStateIds = 8;  // an unchanged table's saves beyond are rare
   mutable std::mutex state_mu_;
-  std::vector<uint64_t> state_ids_;  // oldest first
+  std::vector<std::pair<uint64_t, std::string>> state_;  // (id, file), oldest first
   int64_t state_stamp_ = -1;
   bool ChangedSince(int64_t stamp) const;
   struct ChainRecord {

@@ -78,40 +78,42 @@ bool Table::ChangedSince(int64_t stamp) const {
   return false;
 }
 
-void Table::RecordState(uint64_t id, int64_t stamp) {
+void Table::RecordState(uint64_t id, int64_t stamp, const std::string& where) {
   std::lock_guard<std::mutex> lock(state_mu_);
   if (id == 0) {  // none known: a restore from files of several saves
-    state_ids_.clear();
+    state_.clear();
     return;
   }
   if (ChangedSince(stamp)) return;  // rows changed after this save read them
-  if (!state_ids_.empty() && ChangedSince(state_stamp_)) state_ids_.clear();
-  if (state_ids_.empty()) {
-    state_ids_.push_back(id);
+  if (!state_.empty() && ChangedSince(state_stamp_)) state_.clear();
+  if (state_.empty()) {
+    state_.push_back({id, where});
     state_stamp_ = stamp;
     return;
   }
   // The first id is the save or restore the rows first equalled (a follower's restore,
   // which the next changes follow): saves beyond the cap replace later ones. Commits may
   // come out of order, so the stamp kept is the oldest, which nothing has changed since.
-  if (state_ids_.size() == kMaxStateIds) state_ids_.erase(state_ids_.begin() + 1);
-  state_ids_.push_back(id);
+  if (state_.size() == kMaxStateIds) state_.erase(state_.begin() + 1);
+  state_.push_back({id, where});
   state_stamp_ = std::min(state_stamp_, stamp);
 }
 
 bool Table::EqualsState(uint64_t id) const {
   std::lock_guard<std::mutex> lock(state_mu_);
-  return std::find(state_ids_.begin(), state_ids_.end(), id) != state_ids_.end() &&
+  return std::any_of(state_.begin(), state_.end(), [id](const auto& s) { return s.first == id; }) &&
          !ChangedSince(state_stamp_);
 }
 
 std::string Table::DescribeState() const {
   std::lock_guard<std::mutex> lock(state_mu_);
-  if (state_ids_.empty()) return "has no save or restore it equals";
-  std::string ids;
-  for (uint64_t id : state_ids_) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
-  return ChangedSince(state_stamp_) ? "has changed since its last save or restore (" + ids + ")"
-                                    : "equals the save(s) " + ids;
+  if (state_.empty()) return "has no save or restore it equals";
+  std::string saves;
+  for (const auto& [id, where] : state_) {
+    saves += (saves.empty() ? "" : ", ") + std::to_string(id) + (where.empty() ? "" : " (" + where + ")");
+  }
+  return ChangedSince(state_stamp_) ? "has changed since its last save or restore, of " + saves
+                                    : "equals the save(s) " + saves;
 }
 
 bool Table::LastSaveOfChain(const std::string& chain, ChainPoint* point) const {

@@ -398,7 +398,7 @@ class TableRestoreOp : public OpKernel {
     if (save_id != 0 && continue_chain_) {
       table.RecordChainSave(ChainOf(chain_, paths[0]), Table::ChainPoint{save_id, stamp});
     }
-    table.RecordState(save_id, stamp);
+    table.RecordState(save_id, stamp, paths[0]);
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = restored;
@@ -480,7 +480,7 @@ class TableCommitSaveOp : public OpKernel {
     const uint64_t id = static_cast<uint64_t>(save_id->scalar<int64_t>()());
     const Table::ChainPoint point{id, stamp->scalar<int64_t>()()};
     resource->table().RecordChainSave(ChainOf(chain_, path->scalar<::tensorflow::tstring>()()), point);
-    resource->table().RecordState(point.save_id, point.stamp);
+    resource->table().RecordState(point.save_id, point.stamp, path->scalar<::tensorflow::tstring>()());
   }
 
  private:
