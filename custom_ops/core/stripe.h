@@ -150,9 +150,9 @@ struct Stripe {
   std::vector<uint32_t> removed_stamps;
   // Removals stamped up to this may have been dropped from the record (-1: none was).
   int64_t removals_lost_through = -1;
-  // The newest stamp of any change here, row or removal (Table::EqualsState reads it
-  // without the lock).
-  std::atomic<uint32_t> last_change{0};
+  // The newest stamp of any change here, row or removal (written under `mu` exclusively,
+  // read under it shared).
+  uint32_t last_change = 0;
 
   static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
   static uint64_t ChunkFirstRow(size_t c) { return kFirstChunkRows * ((uint64_t{1} << c) - 1); }
@@ -188,9 +188,7 @@ struct Stripe {
     word_stamps[r >> 6] = std::max(word_stamps[r >> 6], now);
     NoteChange(now);
   }
-  void NoteChange(uint32_t now) {
-    if (last_change.load(std::memory_order_relaxed) < now) last_change.store(now, std::memory_order_relaxed);
-  }
+  void NoteChange(uint32_t now) { last_change = std::max(last_change, now); }
   uint32_t& RowStamp(uint64_t r) const {
     const size_t c = ChunkOf(r);
     return chunk_stamps[c][r - ChunkFirstRow(c)];

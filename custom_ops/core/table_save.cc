@@ -73,7 +73,8 @@ int64_t Table::BeginSave() {
 
 bool Table::ChangedSince(int64_t stamp) const {
   for (const auto& s : stripes_) {
-    if (int64_t{s->last_change.load(std::memory_order_relaxed)} > stamp) return true;
+    std::shared_lock<std::shared_mutex> lock(s->mu);
+    if (int64_t{s->last_change} > stamp) return true;
   }
   return false;
 }
