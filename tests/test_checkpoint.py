@@ -345,8 +345,9 @@ def test_exports_between_restores_leave_the_next_changes_restorable(tmp_path):
 
 
 def test_a_refused_restore_leaves_the_dense_layers_and_optimizer_as_they_were(tmp_path):
-    """TensorFlow restores other variables before the tables' saver runs: a restore of
-    changes the table refuses must not have moved the rest of the model already."""
+    """TensorFlow restores other variables before the tables' saver runs, and objects made
+    later from the same checkpoint: a restore of changes the table refuses must not have
+    moved the rest of the model already, nor move what is made after it."""
     def build():
         ids = keras.Input((2,), dtype=tf.int64)
         embedded = DynamicEmbedding(DIM, optimizer=tfps.optimizers.Adagrad(0.1), name="items")(ids)
@@ -355,6 +356,7 @@ def test_a_refused_restore_leaves_the_dense_layers_and_optimizer_as_they_were(tm
         return model
     x, y = np.arange(64).reshape(32, 2), np.ones(32)
     source = build()
+    source.fit(x, y, verbose=0)  # one step: the whole checkpoint's optimizer is at step 1
     writer = tf.train.Checkpoint(model=source)
     chain = [writer.write(str(tmp_path / "whole"))]
     for i in range(2):
@@ -372,8 +374,12 @@ def test_a_refused_restore_leaves_the_dense_layers_and_optimizer_as_they_were(tm
     for before, variable in zip(dense, follower.variables):
         np.testing.assert_array_equal(variable.numpy(), before, err_msg=variable.name)
     assert_same_rows(sorted_rows(table), rows)
+    # The follower's optimizer did not exist yet: made now, it takes the whole checkpoint's
+    # step, not the refused one's (3).
+    assert follower.optimizer.iterations.numpy() == 1
     for path in chain[1:]:
         reader.read(path)
+    assert follower.optimizer.iterations.numpy() == source.optimizer.iterations.numpy() == 3
     for mine, theirs in zip(follower.variables, source.variables):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy(), err_msg=mine.name)
     assert_same_rows(sorted_rows(table), sorted_rows(source.get_layer("items").table))

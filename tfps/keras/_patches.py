@@ -93,10 +93,13 @@ PATCHES = (
           "CheckpointManager's deletion of old checkpoints takes their table files too"),
     Patch("tensorflow.python.checkpoint.functional_saver.MultiDeviceSaver", "__init__",
           checkpoint.recording_tables, "a checkpoint's saver keeps the tables it restores"),
+    Patch("tensorflow.python.checkpoint.checkpoint._CheckpointRestoreCoordinator", "restore_saveables",
+          checkpoint.checking_tables_before_any_restore,
+          "a restore checks every table's files before TensorFlow restores anything else, and a "
+          "refused one restores nothing into objects made later, so the whole model stays as it was"),
     Patch("tensorflow.python.checkpoint.functional_saver.MultiDeviceSaver", "restore",
           checkpoint.checking_tables_first,
-          "a restore checks every table's files before TensorFlow restores any other variable, "
-          "so a refused restore leaves the whole model as it was"),
+          "the same check for restores that make a saver themselves (a SavedModel's load)"),
 )
 
 KERAS3_PATCHES = (

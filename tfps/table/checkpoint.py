@@ -39,7 +39,8 @@ _OPTIMIZERS = tuple(cls.op_name for cls in optimizers_lib.OPTIMIZERS)  # checkpo
 class _Mode(threading.local):
     changes_only = False
     chain = ""
-    files_checked = False  # a restore whose table files checking_tables_first checked
+    files_checked = None  # the tables of a restore whose files were checked first
+    restore_prefix = None  # the checkpoint a checked restore reads
 
 
 _mode = _Mode()
@@ -197,7 +198,7 @@ def _restore(trackables, merged_prefix):
     tables = _table_reads(trackables, merged_prefix)
     # Every table's files are checked before any table's rows are replaced (reading each
     # file whole: not twice).
-    with tf.control_dependencies([] if _mode.files_checked else _checks(tables)):
+    with tf.control_dependencies([] if _mode.files_checked is trackables else _checks(tables)):
         for shards, reads in tables:
             _restore_shards(shards, reads, chain=chain)
 
@@ -253,27 +254,67 @@ def _check_then_restore(shards, reads, chain="", continue_chain=True):
 
 def recording_tables(init):
     """MultiDeviceSaver.__init__ (tfps.keras._patches): keeps the tables a saver restores."""
+    signature = inspect.signature(init)
+
     @functools.wraps(init)
     def wrapped(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        registered = inspect.signature(init).bind(self, *args, **kwargs).arguments.get("registered_savers")
+        registered = signature.bind(self, *args, **kwargs).arguments.get("registered_savers")
         self._tfps_tables = (registered or {}).get(SAVER_NAME)
     return wrapped
 
 
+def _checked_first(tables, restore, refused=None):
+    """Runs restore() once every table's files are checked (eagerly; each file is read whole
+    once by the check, once by the restore), or restore() alone when they were already."""
+    if tables is None or _mode.files_checked is tables:
+        return restore()
+    if not tf.executing_eagerly():
+        if tf.inside_function():  # the restore's own function (several tasks): checked outside
+            return restore()
+        raise NotImplementedError(
+            "tfps tables restore eagerly (TensorFlow 2): a TF1 graph-mode restore would leave "
+            "them out and restore the other variables alone")
+    try:
+        _checks(_table_reads(tables, _mode.restore_prefix))
+    except (tf.errors.OpError, ValueError):
+        if refused is not None:
+            refused()
+        raise
+    with _mode_set(files_checked=tables):
+        return restore()
+
+
+def checking_tables_before_any_restore(restore_saveables):
+    """_CheckpointRestoreCoordinator.restore_saveables (tfps.keras._patches): TensorFlow
+    restores Python state, then the variables, then the registered savers' objects, and
+    objects made later (an optimizer's step counter, a layer built lazily) from the same
+    checkpoint when they appear. A table's refusal (changes that do not follow its rows, a
+    damaged file) would come after the others had taken the refused checkpoint's values:
+    every table's files are checked first, and a refused checkpoint restores nothing later."""
+    signature = inspect.signature(restore_saveables)
+
+    @functools.wraps(restore_saveables)
+    def wrapped(self, *args, **kwargs):
+        registered = signature.bind(self, *args, **kwargs).arguments.get("registered_savers") or {}
+
+        def refused():
+            self.restore_uid = -1  # below every object's update id: its restores do nothing
+
+        with _mode_set(restore_prefix=self.save_path_tensor):
+            return _checked_first(registered.get(SAVER_NAME), lambda: restore_saveables(self, *args, **kwargs),
+                                  refused)
+    return wrapped
+
+
 def checking_tables_first(restore):
-    """MultiDeviceSaver.restore (tfps.keras._patches): TensorFlow restores other variables
-    before the registered savers' objects, so a table's refusal (changes that do not follow
-    its rows, a damaged file) would come after the dense layers and the optimizer had taken
-    the refused checkpoint's values. Every table's files are checked first, eagerly."""
+    """MultiDeviceSaver.restore (tfps.keras._patches): the same check for restores that make
+    a saver themselves (a SavedModel's load), where restore_saveables has not checked."""
     @functools.wraps(restore)
     def wrapped(self, file_prefix, *args, **kwargs):
-        tables = getattr(self, "_tfps_tables", None)
-        if not (tables and tf.executing_eagerly()):
-            return restore(self, file_prefix, *args, **kwargs)
-        _checks(_table_reads(tables, file_prefix))
-        with _mode_set(files_checked=True):
-            return restore(self, file_prefix, *args, **kwargs)
+        with _mode_set(restore_prefix=file_prefix):
+            return _checked_first(getattr(self, "_tfps_tables", None),
+                                  lambda: restore(self, file_prefix, *args, **kwargs))
     return wrapped
 
 

@@ -378,6 +378,13 @@ class TableRestoreOp : public OpKernel {
                       "Tfps>TableRestore: '", paths[i], "' holds rows of dim ", h.dim, " with ",
                       h.num_slots, " slots; the table has dim ", dim, " with ",
                       table.num_slots(), " slots, or another optimizer")));
+      // Checked by Tfps>RowFilesCheck too, but the table may have changed since (other
+      // variables are restored between the two).
+      OP_REQUIRES(ctx, h.kind != kShardChanges || h.base_id == 0 || table.EqualsState(h.base_id),
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "tfps checkpoint file '", paths[i], "' holds the changes since the save with "
+                      "id ", h.base_id, ", but the table restoring it ", table.DescribeState(),
+                      "; it changed after its files were checked (is training still running?)")));
       clock = std::max(clock, h.clock);
     }
     int64_t restored = 0;
