@@ -408,7 +408,7 @@ def test_after_a_restore_the_next_changes_are_only_what_changed_since(tmp_path):
     checkpoint.read(whole)
     restored.apply_gradients(KEYS[:3], np.ones((3, DIM), np.float32), step=-1)
     with tfps.checkpoint.changes_only():
-        delta = checkpoint.write(str(tmp_path / "delta"))
+        checkpoint.write(str(tmp_path / "delta"))
     from tfps._ops import ops
     files = [os.path.join(tmp_path, f) for f in table_files(str(tmp_path)) if f.startswith("delta")]
     follower = tfps.DynamicTable(DIM)  # a table as of the whole save, which the changes follow
