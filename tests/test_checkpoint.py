@@ -385,6 +385,19 @@ def test_a_refused_restore_leaves_the_dense_layers_and_optimizer_as_they_were(tm
     assert_same_rows(sorted_rows(table), sorted_rows(source.get_layer("items").table))
 
 
+def test_a_tf1_graph_mode_restore_of_tables_is_refused(tmp_path):
+    """TensorFlow's graph-mode restore leaves registered savers' ops out: it would restore
+    the other variables and silently not the table."""
+    path = tf.train.Checkpoint(table=trained_table(tfps.DynamicTable(DIM)), v=tf.Variable(1.0)).write(
+        str(tmp_path / "whole"))
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        table, v = tfps.DynamicTable(DIM), tf.Variable(0.0)
+        session.run(tf.compat.v1.global_variables_initializer())
+        with pytest.raises(RuntimeError, match="tfps tables restore eagerly"):
+            tf.train.Checkpoint(table=table, v=v).read(path).run_restore_ops(session)
+        assert session.run(v) == 0.0
+
+
 def test_a_table_cleared_since_its_last_save_saves_whole_under_changes_only(tmp_path):
     table = trained_table(tfps.DynamicTable(DIM))
     checkpoint = tf.train.Checkpoint(table=table)

@@ -40,7 +40,6 @@ class _Mode(threading.local):
     changes_only = False
     chain = ""
     files_checked = None  # the tables of a restore whose files were checked first
-    restore_prefix = None  # the checkpoint a checked restore reads
 
 
 _mode = _Mode()
@@ -264,7 +263,7 @@ def recording_tables(init):
     return wrapped
 
 
-def _checked_first(tables, restore, refused=None):
+def _checked_first(tables, prefix, restore, refused=None):
     """Runs restore() once every table's files are checked (eagerly; each file is read whole
     once by the check, once by the restore), or restore() alone when they were already."""
     if tables is None or _mode.files_checked is tables:
@@ -272,11 +271,12 @@ def _checked_first(tables, restore, refused=None):
     if not tf.executing_eagerly():
         if tf.inside_function():  # the restore's own function (several tasks): checked outside
             return restore()
-        raise NotImplementedError(
-            "tfps tables restore eagerly (TensorFlow 2): a TF1 graph-mode restore would leave "
-            "them out and restore the other variables alone")
+        raise RuntimeError(
+            "tfps tables restore eagerly (TensorFlow 2): a TF1 graph-mode restore (Session, "
+            "run_restore_ops) would leave them out and restore the other variables alone; "
+            "restore with eager execution on")
     try:
-        _checks(_table_reads(tables, _mode.restore_prefix))
+        _checks(_table_reads(tables, prefix))
     except (tf.errors.OpError, ValueError):
         if refused is not None:
             refused()
@@ -301,9 +301,8 @@ def checking_tables_before_any_restore(restore_saveables):
         def refused():
             self.restore_uid = -1  # below every object's update id: its restores do nothing
 
-        with _mode_set(restore_prefix=self.save_path_tensor):
-            return _checked_first(registered.get(SAVER_NAME), lambda: restore_saveables(self, *args, **kwargs),
-                                  refused)
+        return _checked_first(registered.get(SAVER_NAME), self.save_path_tensor,
+                              lambda: restore_saveables(self, *args, **kwargs), refused)
     return wrapped
 
 
@@ -312,9 +311,8 @@ def checking_tables_first(restore):
     a saver themselves (a SavedModel's load), where restore_saveables has not checked."""
     @functools.wraps(restore)
     def wrapped(self, file_prefix, *args, **kwargs):
-        with _mode_set(restore_prefix=file_prefix):
-            return _checked_first(getattr(self, "_tfps_tables", None),
-                                  lambda: restore(self, file_prefix, *args, **kwargs))
+        return _checked_first(getattr(self, "_tfps_tables", None), file_prefix,
+                              lambda: restore(self, file_prefix, *args, **kwargs))
     return wrapped
 
 
