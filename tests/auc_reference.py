@@ -94,14 +94,29 @@ def sklearn_metrics(labels, scores, groups, weights=None):
             "calibration": np.sum(weights * scores) / np.sum(weights * labels)}
 
 
-def assert_metrics_read(results, expected, sums_rel=1e-4, loss=True):
-    """results (tfps metrics' values by name) against sklearn_metrics' `expected`: AUC
-    within its documented 1e-4, GroupAUC (spread predictions) within 1e-3, the sums (log
-    loss, calibration) to `sums_rel`, and with `loss` the compiled loss (Keras' clipped
-    binary cross-entropy, unweighted) to 10 x that."""
+def bucketed_metrics(labels, scores, groups, weights=None, auc=(1024, 16), group_auc=(64, 16)):
+    """What the histogram metrics read exactly: ROC AUC, average precision and GAUC of each
+    prediction's documented bucket (log_linear_buckets with the metric's buckets per octave
+    and octaves), so that a pair in one bucket counts one half."""
+    buckets = log_linear_buckets(scores, *auc)
+    return {"auc": exact_roc_auc(labels, buckets, weights),
+            "pr_auc": exact_average_precision(labels, buckets, weights),
+            "group_auc": exact_group_auc(groups, labels, log_linear_buckets(scores, *group_auc), weights)}
+
+
+def assert_metrics_read(results, expected, sums_rel=1e-4, loss=True, bucketed=None):
+    """results (tfps metrics' values by name) against sklearn_metrics' `expected`: ROC AUC
+    within its documented 1e-4, average precision within 3e-4 (the documented error of
+    predictions crowded into a range), GroupAUC (spread predictions) within 1e-3, the sums
+    (log loss, calibration) to `sums_rel`, and with `loss` the compiled loss (Keras' clipped
+    binary cross-entropy, unweighted) to 10 x that. With `bucketed` (bucketed_metrics of the
+    same examples) the three areas must also equal it to float32 rounding: every example
+    counted once in its own bucket."""
     import pytest
+    for name, value in (bucketed or {}).items():
+        assert results[name] == pytest.approx(value, abs=2e-6), (name, results, bucketed)
     assert results["auc"] == pytest.approx(expected["auc"], abs=1e-4)
-    assert results["pr_auc"] == pytest.approx(expected["pr_auc"], abs=1e-4)
+    assert results["pr_auc"] == pytest.approx(expected["pr_auc"], abs=3e-4)
     assert results["group_auc"] == pytest.approx(expected["group_auc"], abs=1e-3)
     assert results["log_loss"] == pytest.approx(expected["log_loss"], rel=sums_rel)
     assert results["calibration"] == pytest.approx(expected["calibration"], rel=sums_rel)

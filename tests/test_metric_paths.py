@@ -9,7 +9,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 import tfps
-from tests.auc_reference import assert_metrics_read, sklearn_metrics
+from tests.auc_reference import assert_metrics_read, bucketed_metrics, sklearn_metrics
 
 N, BATCH, USERS = 16384, 512, 50
 
@@ -44,12 +44,14 @@ def click_model(steps_per_execution, weighted=False):
 
 
 def assert_reads_sklearn(results, model, x, y):
-    """results: the metrics' values for examples x, y; compared with scikit-learn on
-    predict's output (AUC within its documented 1e-4, GroupAUC within 1e-3: the model's
-    predictions are spread, as a trained model's are, so few pairs share a bucket)."""
-    expected = sklearn_metrics(y, model.predict(x, batch_size=BATCH, verbose=0)[:, 0], x["user"])
+    """results: the metrics' values for examples x, y; compared with the exact areas of
+    predict's output in the metrics' buckets, and with scikit-learn's values of it within
+    the documented bucket error (the model's predictions are spread, as a trained model's
+    are, so few pairs share a bucket)."""
+    predictions = model.predict(x, batch_size=BATCH, verbose=0)[:, 0]
+    expected = sklearn_metrics(y, predictions, x["user"])
     assert 0.7 < expected["auc"] < 0.99 and 0.6 < expected["group_auc"] < 0.99
-    assert_metrics_read(results, expected)
+    assert_metrics_read(results, expected, bucketed=bucketed_metrics(y, predictions, x["user"]))
 
 
 @pytest.mark.parametrize("steps_per_execution", [1, 8])
@@ -90,4 +92,5 @@ def test_every_metric_as_a_weighted_metric_reads_sklearns_weighted_value(label_s
     unweighted = sklearn_metrics(y_val, predictions, x_val["user"])
     assert abs(expected["auc"] - unweighted["auc"]) > 1e-3  # the weights change every value read
     # Keras' compiled loss divides the weighted sum by the examples, not by the weights.
-    assert_metrics_read(results, expected, loss=False)
+    assert_metrics_read(results, expected, loss=False,
+                        bucketed=bucketed_metrics(y_val, predictions, x_val["user"], weights))
