@@ -257,8 +257,9 @@ def test_bad_exports_fail_clearly_and_never_leave_a_partial_export(trained, tmp_
         tfps.export.save_for_serving(plain, str(tmp_path / "plain"))
     with pytest.raises(PermissionError, match="cannot write into"):
         tfps.export.save_for_serving(trained, "/proc/tfps_export")
-    with pytest.raises(ValueError, match="value_dtype must be float32 or float16"):
-        tfps.export.save_for_serving(trained, str(tmp_path / "bf16"), value_dtype="int8")
+    for value_dtype in ("int8", "float8", object()):  # float8: no such numpy type
+        with pytest.raises(ValueError, match="value_dtype must be float32 or float16"):
+            tfps.export.save_for_serving(trained, str(tmp_path / "bf16"), value_dtype=value_dtype)
     for min_count in (2.5, 0, -1, True):
         with pytest.raises(ValueError, match="min_count must be a positive int"):
             tfps.export.save_for_serving(trained, str(tmp_path / "pruned"), min_count=min_count)

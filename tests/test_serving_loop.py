@@ -107,6 +107,7 @@ def test_under_parameter_server_strategy_each_version_holds_every_step_queued_be
     (dict(base_dir="b", max_change_layers=0), "max_change_layers must be a positive int"),
     (dict(base_dir="b", min_count=0), "min_count must be a positive int"),
     (dict(base_dir="b", value_dtype="bfloat16"), "value_dtype must be float32 or float16"),
+    (dict(base_dir="b", value_dtype="float8"), "value_dtype must be float32 or float16"),
 ])
 def test_bad_arguments_are_refused(args, message):
     with pytest.raises(ValueError, match=message):

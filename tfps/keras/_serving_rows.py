@@ -140,8 +140,12 @@ class ShardedFrozenTable(tf.Module):
 
 
 def value_dtype_of(value_dtype, caller="save_for_serving"):
+    refusal = f"{caller}: value_dtype must be float32 or float16, got {value_dtype!r}"
     if not isinstance(value_dtype, tf.dtypes.DType):
-        value_dtype = tf.as_dtype(np.dtype(value_dtype or np.float32))
+        try:
+            value_dtype = tf.as_dtype(np.dtype(value_dtype or np.float32))
+        except TypeError:  # not a dtype at all ("float8", an object): numpy's error names no argument
+            raise ValueError(refusal) from None
     if value_dtype not in (tf.float32, tf.float16):
         raise ValueError(f"{caller}: value_dtype must be float32 or float16, got {value_dtype.name}")
     return value_dtype
