@@ -245,9 +245,20 @@ def test_jit_compile_falls_back_to_graphs_and_the_table_trains():
 
 def test_hdf5_saving_is_refused_and_get_weights_warns(tmp_path):
     model, _ = tfps_model(tfps.optimizers.SGD(1.0))
-    with pytest.raises(ValueError, match="HDF5 .* cannot hold the rows of the dynamic tables"):
+    with pytest.raises(ValueError, match="HDF5 .* cannot hold the rows of the dynamic tables") as refused:
         model.save(str(tmp_path / "model.h5"))
     assert not os.path.exists(tmp_path / "model.h5")
+    # Every save the refusal names is one Keras 3 makes (tf_keras' TF-format weights and
+    # SavedModel directories are not).
+    assert "ckpt/weights" not in str(refused.value) and "SavedModel directory" not in str(refused.value)
+    model.save(str(tmp_path / "m.keras"))
+    model.save_weights(str(tmp_path / "m.weights.h5"))
+    tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt" / "model"))
+    model.export(str(tmp_path / "dir"), verbose=False)
+    tfps.export.save_for_serving(model, str(tmp_path / "served"))
+    for named in ("model.save('m.keras')", "model.save_weights('m.weights.h5')",
+                  "tf.train.Checkpoint(model=model)", "model.export('dir')", "tfps.export.save_for_serving"):
+        assert named in str(refused.value)
     with pytest.warns(UserWarning, match="get_weights returns the variables only.*keras3.EarlyStopping"):
         weights = model.get_weights()
     with pytest.warns(UserWarning, match="set_weights sets the variables only"):

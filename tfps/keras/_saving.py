@@ -20,14 +20,24 @@ def tables_of(model):
     return [layer.name for layer in table_layers(model)]
 
 
-def refuse_hdf5(what, filepath, tables):
-    """Raises for an HDF5 save of a model with the dynamic tables `tables` (names)."""
+# The saves that carry every row, as each Keras names them.
+_WHOLE_SAVES = {
+    "tf_keras": "Save in the .keras format (model.save('m.keras'), model.save_weights("
+                "'m.weights.h5')), as a SavedModel directory, or as TF-format weights "
+                "(model.save_weights('ckpt/weights'), tf.train.Checkpoint)",
+    "keras3": "Save in the .keras format (model.save('m.keras'), model.save_weights("
+              "'m.weights.h5')), with tf.train.Checkpoint(model=model), or export a SavedModel "
+              "(model.export('dir'), tfps.export.save_for_serving)",
+}
+
+
+def refuse_hdf5(what, filepath, tables, keras="tf_keras"):
+    """Raises for an HDF5 save of a model with the dynamic tables `tables` (names), naming
+    the saves of `keras` ("tf_keras" or "keras3") that carry every row."""
     raise ValueError(
         f"tfps: {what} in HDF5 ('{filepath}') cannot hold the rows of the dynamic "
-        f"tables of {', '.join(tables)}; nothing was written. Save in the .keras format "
-        "(model.save('m.keras'), model.save_weights('m.weights.h5')), as a SavedModel "
-        "directory, or as TF-format weights (model.save_weights('ckpt/weights'), "
-        "tf.train.Checkpoint): each carries every row.")
+        f"tables of {', '.join(tables)}; nothing was written. {_WHOLE_SAVES[keras]}: each "
+        "carries every row.")
 
 
 def _writes_hdf5(filepath, save_format):
@@ -41,7 +51,7 @@ def _writes_hdf5(filepath, save_format):
 
 def refusing_hdf5(save, what, always=False):
     """Wraps a save(model, filepath, ...) that writes HDF5 when tf_keras' rule says so, or
-    `always` (Keras 3's legacy_h5_format)."""
+    `always` (Keras 3's legacy_h5_format, so its refusal names Keras 3's saves)."""
     @functools.wraps(save)
     def save_checked(model, filepath, *args, **kwargs):
         save_format = kwargs.get("save_format")
@@ -50,7 +60,7 @@ def refusing_hdf5(save, what, always=False):
             save_format = args[position] if len(args) > position else None
         tables = tables_of(model) if always or _writes_hdf5(filepath, save_format) else []
         if tables:
-            refuse_hdf5(what, filepath, tables)
+            refuse_hdf5(what, filepath, tables, "keras3" if always else "tf_keras")
         return save(model, filepath, *args, **kwargs)
     return save_checked
 

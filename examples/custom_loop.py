@@ -1,0 +1,125 @@
+"""A custom training loop under ParameterServerStrategy, the counterpart of model.fit:
+ClusterCoordinator schedules each step on a free worker, and the Keras optimizer's
+apply_gradients updates the dense variables and, through the table's own optimizer, the
+rows of the DynamicEmbedding on the parameter servers (one gradient per ID, summed).
+
+    tfps-launch --num_ps 2 --num_workers 2 examples/custom_loop.py
+    python examples/custom_loop.py        # no TF_CONFIG: the same loop in this process
+
+Workers train asynchronously, as under model.fit: a step reads the rows and variables as
+they are when it runs, and its update is applied when it arrives, never lost or split. With
+one worker the steps run in order, so the result is exactly that of sequential training;
+with more it depends on the order the steps happened to run in.
+
+--rows_out writes every trained row with its optimizer slots, the dense head before and
+after, and the batches' recipe, as JSON (tests/test_custom_loop.py compares them with a
+NumPy model of the same training).
+"""
+
+import argparse
+import json
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+import tfps  # noqa: E402
+
+FIELDS, VOCAB = 3, 500
+
+
+def example_ids(index):
+    """The IDs [n, FIELDS] of examples number `index` [n] (int64): a fixed recipe, so that any
+    worker and a NumPy model make the same batches."""
+    index = tf.convert_to_tensor(index, tf.int64)[:, None]
+    fields = tf.range(FIELDS, dtype=tf.int64)[None, :]
+    return (index * 2654435761 + fields * 40503 + (index // 7) * fields) % VOCAB
+
+
+def example_labels(ids):
+    """A click when the example's IDs' hidden scores (ID * 37 mod 11, less 5) sum above 0
+    (float32 [n]): what a row per ID can learn."""
+    return tf.cast(tf.reduce_sum((ids * 37) % 11 - 5, 1) > 0, tf.float32)
+
+
+def batches(batch_size):
+    """Batch after batch of (ids, labels), the same stream on every worker."""
+    return (tf.data.Dataset.range(1 << 40).batch(batch_size)
+            .map(lambda index: (example_ids(index), example_labels(example_ids(index)))))
+
+
+def build(args):
+    ids = keras.Input((FIELDS,), dtype=tf.int64, name="ids")
+    embedding = tfps.keras_layers.DynamicEmbedding(
+        args.dim, combiner="sum", optimizer=tfps.optimizers.Adagrad(args.table_lr),
+        seed=args.seed, name="ids_embedding")
+    head = keras.layers.Dense(1, kernel_initializer=keras.initializers.RandomNormal(seed=args.seed),
+                              name="head")
+    model = keras.Model(ids, tf.squeeze(head(embedding(ids)), -1))
+    return model, embedding, head
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--dim", type=int, default=4)
+    parser.add_argument("--table_lr", type=float, default=0.3, help="the table's Adagrad rate")
+    parser.add_argument("--dense_lr", type=float, default=0.5, help="the Keras SGD rate of the head")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--rows_out", help="a JSON file for the trained rows (see above)")
+    args = parser.parse_args()
+
+    strategy = tfps.distribute.strategy_from_tf_config()  # ps and worker tasks serve here
+    with strategy.scope():
+        model, embedding, head = build(args)
+        optimizer = keras.optimizers.SGD(args.dense_lr)
+    kernel_start = head.kernel.numpy().ravel().tolist()
+    # A per-example loss, averaged over the global batch: in a custom loop under a
+    # strategy, Keras' default reduction is refused.
+    loss_of = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+
+    def replica_step(ids, labels):
+        with tf.GradientTape() as tape:
+            per_example = loss_of(labels[:, None], model(ids, training=True)[:, None])
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch_size)
+        variables = model.trainable_variables  # the table's stand-in among them
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    @tf.function
+    def train_step(iterator):
+        return strategy.run(replica_step, args=next(iterator))
+
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        iterator = iter(coordinator.create_per_worker_dataset(lambda: batches(args.batch_size)))
+        for step in range(args.steps):
+            loss = coordinator.schedule(train_step, args=(iterator,))
+            if (step + 1) % 50 == 0:  # fetching waits for that step only
+                print(f"step {step + 1}: loss {loss.fetch():.4f}", flush=True)
+        coordinator.join()
+    else:
+        iterator = iter(batches(args.batch_size))
+        for step in range(args.steps):
+            loss = train_step(iterator)
+            if (step + 1) % 50 == 0:
+                print(f"step {step + 1}: loss {float(loss):.4f}", flush=True)
+    print(f"trained {args.steps} steps; the table holds {int(embedding.table.size())} rows", flush=True)
+
+    if args.rows_out:
+        rows = embedding.table.export()
+        with open(args.rows_out, "w") as f:
+            json.dump({"keys": rows.keys.numpy().tolist(), "values": rows.values.numpy().tolist(),
+                       "slots": rows.slots.numpy().tolist(), "kernel_start": kernel_start,
+                       "kernel": head.kernel.numpy().ravel().tolist(),
+                       "bias": float(np.asarray(head.bias.numpy()).ravel()[0]),
+                       "steps": args.steps, "batch_size": args.batch_size, "dim": args.dim,
+                       "table_lr": args.table_lr, "dense_lr": args.dense_lr, "seed": args.seed}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""examples/custom_loop.py, a ClusterCoordinator training loop, trains the rows, their
+Adagrad slots and the dense head exactly as a NumPy model of the same steps does: under
+tfps-launch with one worker (whose steps run in order) and two parameter servers, and in
+one process without TF_CONFIG."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.reference import RowOptimizer, initial_row
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "custom_loop.py")
+FIELDS, VOCAB = 3, 500  # the example's
+STEPS = 40
+
+
+def example_ids(index):
+    """The example's recipe of IDs, in NumPy."""
+    index = np.asarray(index, np.int64)[:, None]
+    fields = np.arange(FIELDS, dtype=np.int64)[None, :]
+    return (index * 2654435761 + fields * 40503 + (index // 7) * fields) % VOCAB
+
+
+def numpy_training(out):
+    """Rows, Adagrad slots, kernel and bias after out["steps"] steps of: logit = (sum of the
+    fields' rows) . kernel + bias, binary cross-entropy averaged over the batch, Adagrad on
+    each distinct ID's summed row gradient, SGD on the head. Float64."""
+    dim, batch = out["dim"], out["batch_size"]
+    adagrad = RowOptimizer("adagrad", dim, out["table_lr"])
+    rows, slots = {}, {}
+    kernel, bias = np.asarray(out["kernel_start"], np.float64), 0.0
+    for step in range(out["steps"]):
+        ids = example_ids(np.arange(step * batch, (step + 1) * batch))
+        labels = (np.sum((ids * 37) % 11 - 5, 1) > 0).astype(np.float64)
+        for key in np.unique(ids):
+            if int(key) not in rows:
+                rows[int(key)] = initial_row(int(key), dim, out["seed"], "uniform", -0.05, 0.05).astype(np.float64)
+                slots[int(key)] = adagrad.initial_slots()
+        summed = np.stack([sum(rows[int(k)] for k in example) for example in ids])
+        logit_gradient = (1 / (1 + np.exp(-(summed @ kernel + bias))) - labels) / batch
+        row_gradients = {}
+        for example, g in zip(ids, logit_gradient):
+            for key in example:
+                row_gradients[int(key)] = row_gradients.get(int(key), 0.0) + g * kernel
+        for key, gradient in row_gradients.items():
+            rows[key], slots[key] = adagrad.apply(rows[key], slots[key], gradient, step + 1)
+        kernel = kernel - out["dense_lr"] * (summed.T @ logit_gradient)
+        bias -= out["dense_lr"] * logit_gradient.sum()
+    return rows, slots, kernel, bias
+
+
+@pytest.mark.parametrize("launched", [True, False], ids=["tfps-launch", "local"])
+def test_the_custom_loop_trains_rows_slots_and_head_as_numpy_does(tmp_path, launched):
+    rows_out = tmp_path / "rows.json"
+    command = [EXAMPLE, "--steps", str(STEPS), "--rows_out", str(rows_out)]
+    if launched:
+        command = ["-m", "tfps.launch", "--num_ps", "2", "--num_workers", "1",
+                   "--log_dir", str(tmp_path / "logs"), *command]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env.pop("TF_CONFIG", None)
+    run = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=str(tmp_path))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    out = json.loads(rows_out.read_text())
+    rows, slots, kernel, bias = numpy_training(out)
+    assert sorted(out["keys"]) == sorted(rows)
+    got_rows = dict(zip(out["keys"], np.asarray(out["values"])))
+    got_slots = dict(zip(out["keys"], np.asarray(out["slots"])))
+    moved = max(np.abs(rows[k] - initial_row(k, out["dim"], out["seed"], "uniform", -0.05, 0.05)).max()
+                for k in rows)
+    assert moved > 100 * 1e-5  # the rows trained, far beyond the tolerance below
+    for key in rows:
+        np.testing.assert_allclose(got_rows[key], rows[key], rtol=1e-4, atol=1e-5, err_msg=str(key))
+        np.testing.assert_allclose(got_slots[key].reshape(slots[key].shape), slots[key], rtol=1e-4,
+                                   err_msg=str(key))
+    np.testing.assert_allclose(out["kernel"], kernel, rtol=1e-4, atol=1e-6)
+    assert out["bias"] == pytest.approx(bias, rel=1e-4, abs=1e-6)
