@@ -2,6 +2,8 @@
 bring back the clock, and check every file before any shard is touched."""
 
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -428,3 +430,38 @@ def test_after_a_restore_the_next_changes_are_only_what_changed_since(tmp_path):
     tf.train.Checkpoint(table=follower).read(whole)
     assert int(ops.tfps_row_files_check(follower.resource_handle, files, [3], dim=DIM, num_slots=1,
                                         optimizer="adagrad")) >= 0
+
+
+def test_a_restore_is_one_change_that_no_concurrent_update_lands_inside(tmp_path):
+    # Rows hold whole numbers and each update subtracts exactly 1 from every HOT row (SGD at
+    # rate 1), so after a restore every HOT row must be its saved value less one and the same
+    # number of updates: an update that landed inside the restore would reach the rows
+    # restored before it and be overwritten in the rest.
+    keys = np.arange(300_000, dtype=np.int64) * 7919
+    hot = keys[::4001][:64]  # spread over the stripes
+    table = tfps.DynamicTable(16, optimizer=tfps.optimizers.SGD(1.0))
+    table.insert(keys, np.repeat((keys % 1000).astype(np.float32)[:, None], 16, 1))
+    checkpoint = tf.train.Checkpoint(table=table)
+    path = checkpoint.save(str(tmp_path / "whole"))
+    saved = table.find(hot).numpy()
+    stop = threading.Event()
+    updates = []
+
+    def train():
+        while not stop.is_set():
+            table.apply_gradients(hot, np.ones((len(hot), 16), np.float32))
+            updates.append(1)
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    try:
+        while len(updates) < 3:  # training runs when the restore starts
+            time.sleep(0.001)
+        during = len(updates)
+        checkpoint.restore(path).assert_consumed()
+    finally:
+        stop.set()
+        trainer.join()
+    landed = saved - table.find(hot).numpy()
+    np.testing.assert_array_equal(landed, landed[0, 0])  # one whole count in every row
+    assert landed[0, 0] >= 0 and len(updates) > during

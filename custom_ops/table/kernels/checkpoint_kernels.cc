@@ -76,6 +76,7 @@ class TableSaveOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
+    ::tensorflow::tf_shared_lock not_restoring(resource->restore_gate());
     const Tensor* path;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableSave", 1, "path", &path));
     RowFileHeader header;
@@ -219,6 +220,7 @@ class RowFilesCheckOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
+    ::tensorflow::tf_shared_lock not_restoring(resource->restore_gate());
     std::vector<std::string> paths;
     std::vector<int64_t> expected_rows;
     OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>RowFilesCheck", 1, &paths, &expected_rows));
@@ -356,6 +358,7 @@ class TableRestoreOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
+    ::tensorflow::mutex_lock restoring(resource->restore_gate());  // see restore_gate()
     std::vector<std::string> paths;
     std::vector<int64_t> expected_rows;
     OP_REQUIRES_OK(ctx, FileInputs(ctx, "Tfps>TableRestore", 1, &paths, &expected_rows));
@@ -480,6 +483,7 @@ class TableCommitSaveOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
+    ::tensorflow::tf_shared_lock not_restoring(resource->restore_gate());
     const Tensor *path, *save_id, *stamp;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableCommitSave", 1, "path", &path));
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, "Tfps>TableCommitSave", 2, "save_id", &save_id));

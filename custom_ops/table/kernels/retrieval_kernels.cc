@@ -125,6 +125,7 @@ class TableExportForRetrievalOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
+    ::tensorflow::tf_shared_lock not_restoring(resource->restore_gate());
     const Tensor* prefix;
     OP_REQUIRES_OK(ctx, ScalarInput(ctx, kOp, 1, "prefix", &prefix));
     Table& table = resource->table();

@@ -73,6 +73,7 @@ class TableOpKernel : public OpKernel {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, LookupTableInput(ctx, &resource));
     OP_REQUIRES_OK(ctx, CheckTable(resource->table()));
+    ::tensorflow::tf_shared_lock not_restoring(resource->restore_gate());
     RunOrReportOutOfMemory(ctx, type_string(), resource->name(),
                            [&] { ComputeWithTable(ctx, resource->table()); });
   }

@@ -12,6 +12,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/op_requires.h"
 #include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/platform/mutex.h"
 
 namespace tfps {
 
@@ -28,10 +29,15 @@ class TableResource : public ::tensorflow::ResourceBase {
   Table& table() { return *table_; }
   // The table's shared name, for error messages.
   const std::string& name() const { return name_; }
+  // Held shared by every other op on the table and exclusively by a restore, from its
+  // check that the files follow the table to its last row: a restore is then one change,
+  // which no lookup, update or save sees half done or lands inside.
+  ::tensorflow::mutex& restore_gate() { return restore_gate_; }
 
  private:
   std::unique_ptr<Table> table_;
   const std::string name_;
+  ::tensorflow::mutex restore_gate_;
 };
 
 // A ResourceExhausted error naming the op, the table and the bytes it asked for (-1: not
