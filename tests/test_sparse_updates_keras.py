@@ -279,6 +279,28 @@ def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(
 
 
 @pytest.mark.parametrize("compiled", [False, True])
+def test_an_apply_with_nothing_accumulated_is_refused_and_steps_nothing(compiled):
+    ours, layer = tfps_model(tfps.optimizers.SGD(0.01))
+    optimizer = keras.optimizers.Adam(0.01)
+    accumulator = tfps.GradientAccumulator(ours.trainable_variables)
+
+    def apply(optimizer):
+        accumulator.apply_to(optimizer)
+
+    apply = tf.function(apply) if compiled else apply
+    x, y = batches(steps=1)
+    for _ in range(2):  # refused at first, and again after an apply has started over
+        with pytest.raises(tf.errors.InvalidArgumentError, match="no gradients were added since the last apply"):
+            apply(optimizer)
+        assert int(optimizer.iterations) == (0 if _ == 0 else 1)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(ours(x, training=True)[:, 0] - y))
+        accumulator.add(tape.gradient(loss, ours.trainable_variables))
+        apply(optimizer)
+        assert int(optimizer.iterations) == (1 if _ == 0 else 2)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
 def test_summing_table_gradients_densely_fails_naming_the_accumulator(compiled):
     ours, layer = tfps_model(tfps.optimizers.SGD(0.05))
     stock, embedding = stock_model()

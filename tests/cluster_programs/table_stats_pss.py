@@ -26,12 +26,13 @@ def dataset_fn(_):
 
 
 def scalars(log_dir, tag):
-    found = {}
+    """[step, value] of every point written for `tag`, in order."""
+    found = []
     for path in sorted(glob.glob(f"{log_dir}/events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 if value.tag == tag:
-                    found[event.step] = float(tf.make_ndarray(value.tensor))
+                    found.append([event.step, float(tf.make_ndarray(value.tensor))])
     return found
 
 

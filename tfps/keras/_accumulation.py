@@ -78,6 +78,9 @@ class GradientAccumulator:
         self.variables = list(variables)
         self._sums = []
         with tf.init_scope():
+            # Micro-batches added since the last apply: an apply of none would still be an
+            # optimizer step (its iterations, Adam's moments), so it is refused.
+            self._added = tf.Variable(0, dtype=tf.int64, trainable=False)
             for variable in self.variables:
                 if optimizer_bridge.owner_of(variable) is not None:
                     dim = int(variable.shape[-1])
@@ -110,6 +113,7 @@ class GradientAccumulator:
                 updates.append(total.scatter_add(gradient))
             else:
                 updates.append(total.assign_add(tf.cast(gradient, total.dtype)))
+        updates.append(self._added.assign_add(1))
         return tf.group(updates)
 
     def gradients(self):
@@ -125,13 +129,19 @@ class GradientAccumulator:
         return out
 
     def apply_to(self, optimizer):
-        """Applies the sums with `optimizer` in one step, then starts over."""
-        applied = optimizer.apply_gradients(zip(self.gradients(), self.variables))
+        """Applies the sums with `optimizer` in one step, then starts over. Refused
+        (InvalidArgumentError, nothing applied) when nothing was added since the last apply."""
+        something_added = tf.debugging.assert_positive(
+            self._added, message="GradientAccumulator.apply_to: no gradients were added since the "
+                                 "last apply, so there is nothing to apply (an apply of none would "
+                                 "still count an optimizer step)")
+        with tf.control_dependencies([something_added]):
+            applied = optimizer.apply_gradients(zip(self.gradients(), self.variables))
         with tf.control_dependencies([applied] if applied is not None else []):
             return self.reset()
 
     def reset(self):
-        resets = []
+        resets = [self._added.assign(0)]
         for total in self._sums:
             if isinstance(total, tuple):
                 resets += [total[0].assign(tf.zeros([0], tf.int64)),

@@ -54,6 +54,7 @@ class TableStats(keras.callbacks.Callback):
         self._writer = None
         self._steps = 0
         self._last_batch = -1
+        self._summarized_step = None
         self._supports_tf_logs = True  # its batch hook runs under ParameterServerStrategy too
 
     def set_model(self, model):
@@ -78,6 +79,9 @@ class TableStats(keras.callbacks.Callback):
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.log_dir)
         step = int(self.model.optimizer.iterations.numpy()) if self.model.optimizer else self._steps
+        if step == self._summarized_step:  # an epoch that ends on a multiple of every_n_steps
+            return
+        self._summarized_step = step
         with self._writer.as_default():
             for name, value in values.items():
                 tf.summary.scalar(name, value, step=step)
