@@ -45,10 +45,16 @@ def example_labels(ids):
     return tf.cast(tf.reduce_sum((ids * 37) % 11 - 5, 1) > 0, tf.float32)
 
 
-def batches(batch_size):
-    """Batch after batch of (ids, labels), the same stream on every worker."""
-    return (tf.data.Dataset.range(1 << 40).batch(batch_size)
-            .map(lambda index: (example_ids(index), example_labels(example_ids(index)))))
+def batches(batch_size, data_service=None):
+    """Batch after batch of (ids, labels). With a tf.data service address, each batch goes
+    to exactly one of the workers that read it (distributed_epoch); without one, every
+    worker would read the whole stream and train each batch once per worker."""
+    dataset = (tf.data.Dataset.range(1 << 40).batch(batch_size)
+               .map(lambda index: (example_ids(index), example_labels(example_ids(index)))))
+    if data_service is not None:
+        dataset = dataset.apply(tf.data.experimental.service.distribute(
+            processing_mode="distributed_epoch", service=data_service, job_name="custom_loop"))
+    return dataset
 
 
 def build(args):
@@ -96,12 +102,14 @@ def main():
 
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        iterator = iter(coordinator.create_per_worker_dataset(lambda: batches(args.batch_size)))
-        for step in range(args.steps):
-            loss = coordinator.schedule(train_step, args=(iterator,))
-            if (step + 1) % 50 == 0:  # fetching waits for that step only
-                print(f"step {step + 1}: loss {loss.fetch():.4f}", flush=True)
-        coordinator.join()
+        # The chief serves the data: one tf.data service worker keeps the stream's order.
+        with tfps.data.local_data_service(num_workers=1) as service:
+            iterator = iter(coordinator.create_per_worker_dataset(lambda: batches(args.batch_size, service)))
+            for step in range(args.steps):
+                loss = coordinator.schedule(train_step, args=(iterator,))
+                if (step + 1) % 50 == 0:  # fetching waits for that step only
+                    print(f"step {step + 1}: loss {loss.fetch():.4f}", flush=True)
+            coordinator.join()
     else:
         iterator = iter(batches(args.batch_size))
         for step in range(args.steps):

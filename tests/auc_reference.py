@@ -106,15 +106,15 @@ def bucketed_metrics(labels, scores, groups, weights=None, auc=(1024, 16), group
 
 def assert_metrics_read(results, expected, sums_rel=1e-4, loss=True, bucketed=None):
     """results (tfps metrics' values by name) against sklearn_metrics' `expected`: ROC AUC
-    within its documented 1e-4, average precision within 3e-4 (the documented error of
-    predictions crowded into a range), GroupAUC (spread predictions) within 1e-3, the sums
+    within its documented 1e-4, average precision within 3e-4 (keras.md's predictions
+    crowded into one range read 2.9e-4 off), GroupAUC (spread predictions) within 1e-3, the sums
     (log loss, calibration) to `sums_rel`, and with `loss` the compiled loss (Keras' clipped
     binary cross-entropy, unweighted) to 10 x that. With `bucketed` (bucketed_metrics of the
-    same examples) the three areas must also equal it to float32 rounding: every example
-    counted once in its own bucket."""
+    same examples) the three areas must also equal it to float32 rounding (2e-7; halving
+    the buckets moves ROC AUC by 2e-6 here): every example counted once in its own bucket."""
     import pytest
     for name, value in (bucketed or {}).items():
-        assert results[name] == pytest.approx(value, abs=2e-6), (name, results, bucketed)
+        assert results[name] == pytest.approx(value, abs=2e-7), (name, results, bucketed)
     assert results["auc"] == pytest.approx(expected["auc"], abs=1e-4)
     assert results["pr_auc"] == pytest.approx(expected["pr_auc"], abs=3e-4)
     assert results["group_auc"] == pytest.approx(expected["group_auc"], abs=1e-3)

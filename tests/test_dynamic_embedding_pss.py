@@ -17,6 +17,7 @@ def test_two_workers_two_ps_learn_an_id_only_task_with_keys_on_both_shards():
     assert out["history"]["loss"][-1] < out["history"]["loss"][0]
     # A worker cache's copies stand for rows both workers move (tests/test_worker_cache.py).
     assert out["cache_copy_rate_scale"] == 2
+    assert "GradientAccumulator: under a ParameterServerStrategy of 2 workers" in out["accumulator_refusal"]
 
 
 def test_no_update_of_either_worker_is_lost_even_on_rows_both_update():

@@ -84,3 +84,16 @@ def test_table_stats_arguments_are_checked():
         tfps.callbacks.TableStats(every_n_steps=10)
     with pytest.raises(ValueError, match="every_n_steps"):
         tfps.callbacks.TableStats(log_dir="/tmp/x", every_n_steps=0)
+
+
+def test_table_stats_writes_a_new_fits_summaries_though_its_optimizer_starts_over(tmp_path):
+    import tensorboard  # noqa: F401
+    ids = keras.Input((), dtype=tf.int64)
+    layer = tfps.keras_layers.DynamicEmbedding(4, name="users")
+    model = keras.Model(ids, keras.layers.Dense(1)(layer(ids)))
+    callback = tfps.callbacks.TableStats(log_dir=str(tmp_path), every_n_steps=20)
+    for first in (0, 200):  # a new optimizer each time: both fits end at its step 20
+        model.compile("sgd", "mse")
+        model.fit(np.arange(first, first + 200, dtype=np.int64), np.zeros(200, np.float32), batch_size=10,
+                  shuffle=False, epochs=1, verbose=0, callbacks=[callback])
+    assert _scalars(tmp_path)["users/rows"] == [(20, 200.0), (20, 400.0)]

@@ -35,6 +35,11 @@ def main():
             output = keras.layers.Dense(1, activation="sigmoid")(embedding(ids))
             model = keras.Model(ids, output)
             cached = tfps.keras_layers.DynamicEmbedding(8, worker_cache_rows=64, max_staleness_steps=3)
+            try:  # its sums would be shared by both workers' steps
+                tfps.GradientAccumulator(model.trainable_variables)
+                accumulator_refusal = None
+            except ValueError as e:
+                accumulator_refusal = str(e)
             model.compile(optimizer=keras.optimizers.legacy.Adagrad(0.1), loss="binary_crossentropy",
                           metrics=[tfps.metrics.AUC(name="auc")], steps_per_execution=10)
         history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=3,
@@ -44,7 +49,8 @@ def main():
         shard_sizes = embedding.table.shard_sizes()
         devices = [t.resource_handle.device for t in embedding.table.shards]
     json.dump({"history": history.history, "evaluation": evaluation, "shard_sizes": shard_sizes,
-               "table_devices": devices, "cache_copy_rate_scale": cached.worker_cache.copy_rate_scale},
+               "table_devices": devices, "cache_copy_rate_scale": cached.worker_cache.copy_rate_scale,
+               "accumulator_refusal": accumulator_refusal},
               sys.stdout)
     sys.stdout.flush()
     os._exit(0)

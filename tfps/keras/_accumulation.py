@@ -15,6 +15,7 @@ import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
 from tfps.keras import _optimizer_bridge as optimizer_bridge
+from tfps.table.sharded_table import task_devices
 
 _REFUSAL = ("the gradient of a DynamicEmbedding table (IndexedSlices over 64-bit table keys, dense shape "
             "{shape}) has no dense form, so {what} cannot sum it; accumulate gradients over "
@@ -75,6 +76,13 @@ class GradientAccumulator:
     """
 
     def __init__(self, variables):
+        workers = len(task_devices("worker"))
+        if workers > 1:
+            raise ValueError(
+                f"GradientAccumulator: under a ParameterServerStrategy of {workers} workers its sums "
+                "would live on the parameter servers and take every worker's micro-batches, and "
+                "one worker's apply would apply and clear another's; accumulate in one process "
+                "or with one worker")
         self.variables = list(variables)
         self._sums = []
         with tf.init_scope():
@@ -113,7 +121,8 @@ class GradientAccumulator:
                 updates.append(total.scatter_add(gradient))
             else:
                 updates.append(total.assign_add(tf.cast(gradient, total.dtype)))
-        updates.append(self._added.assign_add(1))
+        if updates:  # a micro-batch whose loss reached no variable adds nothing to apply
+            updates.append(self._added.assign_add(1))
         return tf.group(updates)
 
     def gradients(self):

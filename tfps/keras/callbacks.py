@@ -54,7 +54,7 @@ class TableStats(keras.callbacks.Callback):
         self._writer = None
         self._steps = 0
         self._last_batch = -1
-        self._summarized_step = None
+        self._batch_end_step = None  # the step this epoch's last every_n_steps summary had
         self._supports_tf_logs = True  # its batch hook runs under ParameterServerStrategy too
 
     def set_model(self, model):
@@ -73,22 +73,27 @@ class TableStats(keras.callbacks.Callback):
                     values[f"{layer.name}/{name}"] = stats[name]
         return values
 
+    def _step(self):
+        """The step summaries are written at: the optimizer's, or the steps counted here."""
+        return int(self.model.optimizer.iterations.numpy()) if self.model.optimizer else self._steps
+
     def _summarize(self, values):
+        """Writes `values` as TensorBoard scalars at this step; returns the step (None
+        without log_dir)."""
         if self.log_dir is None:
             return
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.log_dir)
-        step = int(self.model.optimizer.iterations.numpy()) if self.model.optimizer else self._steps
-        if step == self._summarized_step:  # an epoch that ends on a multiple of every_n_steps
-            return
-        self._summarized_step = step
+        step = self._step()
         with self._writer.as_default():
             for name, value in values.items():
                 tf.summary.scalar(name, value, step=step)
         self._writer.flush()
+        return step
 
     def on_epoch_begin(self, epoch, logs=None):
         self._last_batch = -1
+        self._batch_end_step = None
 
     def on_train_batch_end(self, batch, logs=None):
         # Called once per block of steps_per_execution steps; `batch` is its last step.
@@ -97,13 +102,14 @@ class TableStats(keras.callbacks.Callback):
         self._last_batch = batch
         if self.every_n_steps is not None and self._steps // self.every_n_steps > before // self.every_n_steps:
             scheduled_steps.wait_for_scheduled_steps(self.model)  # the summary's step's statistics
-            self._summarize(self._statistics())
+            self._batch_end_step = self._summarize(self._statistics())
 
     def on_epoch_end(self, epoch, logs=None):
         values = self._statistics()
         if logs is not None:
             logs.update(values)
-        self._summarize(values)
+        if self._step() != self._batch_end_step:  # else the epoch's last block wrote this step already
+            self._summarize(values)
 
     def on_train_end(self, logs=None):
         if self._writer is not None:

@@ -72,6 +72,7 @@ class GroupAucUpdateOp : public BucketingKernel {
     const int64_t num_buckets = 2 * int64_t{scale_.per_side};
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, LookupGroupTable(ctx, metric_name_, num_buckets, &resource));
+    ::tensorflow::tf_shared_lock not_restoring(resource->restore_gate());
 
     // One row of negated weights per distinct group: the table's SGD at learning rate 1
     // subtracts it, adding the weights atomically under the row's lock.
@@ -110,6 +111,7 @@ class GroupAucSumOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     ::tensorflow::core::RefCountPtr<TableResource> resource;
     OP_REQUIRES_OK(ctx, LookupGroupTable(ctx, metric_name_, num_buckets_, &resource));
+    ::tensorflow::tf_shared_lock not_restoring(resource->restore_gate());
     double weighted_auc = 0.0, impressions = 0.0;
     ExportChunk chunk;
     int64_t cursor = 0;
