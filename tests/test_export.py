@@ -260,6 +260,14 @@ def test_bad_exports_fail_clearly_and_never_leave_a_partial_export(trained, tmp_
     for value_dtype in ("int8", "float8", object()):  # float8: no such numpy type
         with pytest.raises(ValueError, match="value_dtype must be float32 or float16"):
             tfps.export.save_for_serving(trained, str(tmp_path / "bf16"), value_dtype=value_dtype)
+    for bad, message in ((dict(export_dir=123), "export_dir must be a path"),
+                         (dict(changes_since=123), "changes_since must be a path"),
+                         (dict(model=None), "model must be a Keras model holding tfps DynamicEmbedding"),
+                         (dict(model=trained.layers[1]), "model must be a Keras model holding tfps DynamicEmbedding")):
+        arguments = {"model": trained, "export_dir": str(tmp_path / "typed"), **bad}
+        with pytest.raises(ValueError, match=message):
+            tfps.export.save_for_serving(arguments.pop("model"), arguments.pop("export_dir"), **arguments)
+    assert not os.path.exists(tmp_path / "typed")
     for min_count in (2.5, 0, -1, True):
         with pytest.raises(ValueError, match="min_count must be a positive int"):
             tfps.export.save_for_serving(trained, str(tmp_path / "pruned"), min_count=min_count)

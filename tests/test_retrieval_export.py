@@ -163,6 +163,19 @@ def test_bad_exports_and_loads_are_refused_naming_the_problem(tmp_path):
         tfps.export.save_for_retrieval(table, str(tmp_path / "v2"), chain="")
     with pytest.raises(TypeError, match="expected a DynamicEmbedding, ShardedTable or DynamicTable"):
         tfps.export.save_for_retrieval(np.zeros(3), str(tmp_path / "v2"))
+    with pytest.raises(ValueError, match="directory must be a path"):
+        tfps.export.save_for_retrieval(table, 5)
+    with pytest.raises(ValueError, match="changes_only must be True or False"):
+        tfps.export.save_for_retrieval(table, str(tmp_path / "v2"), changes_only="yes")
+    busy = tmp_path / "busy"  # another program's files: none may be taken for part of an export
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="is not empty"):
+        tfps.export.save_for_retrieval(table, str(busy))
+    assert os.listdir(busy) == ["notes.txt"]
+    (tmp_path / "empty").mkdir()
+    tfps.export.save_for_retrieval(table, tmp_path / "empty")  # an empty directory, as a PathLike
+    assert_loads_as(table, str(tmp_path / "empty"))
     table.find_or_insert(np.arange(10, 20))
     tfps.export.save_for_retrieval(table, str(tmp_path / "v2"), changes_only=True)
     with pytest.raises(ValueError, match="the first export must be a whole one"):

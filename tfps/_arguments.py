@@ -1,9 +1,12 @@
 """Checks of user arguments shared by tables, layers, optimizers and metrics: Python and
 NumPy numbers are accepted alike (np.float32(0.1), np.int64(16)); booleans are not numbers
-here."""
+here. Paths are str or os.PathLike."""
 
 import hashlib
 import numbers
+import os
+
+import numpy as np
 
 _U64 = 1 << 64
 
@@ -21,6 +24,20 @@ def positive_int(value, name, owner):
     if not is_int(value) or value < 1:
         raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
     return int(value)
+
+
+def path(value, name, owner):
+    """`value` (str or os.PathLike) as a str, or ValueError naming it."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{owner}: {name} must be a path (str or os.PathLike), got {value!r}")
+    return os.fspath(value)
+
+
+def boolean(value, name, owner):
+    """`value` as a Python bool (True, False or a NumPy bool), or ValueError naming it."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{owner}: {name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def number_at_least(value, least, name, owner):

@@ -1,12 +1,12 @@
 """EarlyStopping whose restore_best_weights restores the dynamic tables too."""
 
 import contextlib
-import os
 import warnings
 
 import tensorflow as tf
 import tf_keras as keras
 
+from tfps import _arguments as arguments
 from tfps.keras import _keras3_guard as keras3_guard
 from tfps.table.checkpoint import SnapshotInPlace
 
@@ -18,10 +18,8 @@ class TableSnapshots:
 
     def __init__(self, *args, snapshot_dir=None, **kwargs):
         super().__init__(*args, **kwargs)
-        if snapshot_dir is not None and not isinstance(snapshot_dir, (str, os.PathLike)):
-            raise ValueError(f"tfps EarlyStopping: snapshot_dir must be a path (str or os.PathLike), "
-                             f"got {snapshot_dir!r}")
-        self.snapshot_dir = None if snapshot_dir is None else os.fspath(snapshot_dir)
+        self.snapshot_dir = (None if snapshot_dir is None
+                             else arguments.path(snapshot_dir, "snapshot_dir", "tfps EarlyStopping"))
         self._table_snapshots = []
 
     def _tables(self):

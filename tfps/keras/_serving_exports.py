@@ -49,11 +49,10 @@ class ExportForServing(keras.callbacks.Callback):
     def __init__(self, base_dir, every_seconds=60, max_change_layers=8, max_layered_rows=1.25, min_count=None,
                  value_dtype=None, signatures=None, keep_versions=None, whole_at_end=False):
         super().__init__()
-        if not isinstance(base_dir, (str, os.PathLike)):
-            raise ValueError(f"ExportForServing: base_dir must be a path, got {base_dir!r}")
+        base_dir = arguments.path(base_dir, "base_dir", "ExportForServing")
         if not arguments.is_number(every_seconds) or not every_seconds > 0:
             raise ValueError(f"ExportForServing: every_seconds must be a number > 0, got {every_seconds!r}")
-        self.base_dir = os.path.abspath(os.fspath(base_dir))
+        self.base_dir = os.path.abspath(base_dir)
         self.every_seconds = float(every_seconds)
         self.max_change_layers = arguments.positive_int(max_change_layers, "max_change_layers", "ExportForServing")
         self.max_layered_rows = arguments.number_at_least(max_layered_rows, 1, "max_layered_rows",

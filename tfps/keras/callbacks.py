@@ -1,7 +1,5 @@
 """Keras callbacks for training with dynamic tables."""
 
-import os
-
 import tensorflow as tf
 import tf_keras as keras
 
@@ -40,10 +38,8 @@ class TableStats(keras.callbacks.Callback):
             every_n_steps = arguments.positive_int(every_n_steps, "every_n_steps", "TableStats")
             if log_dir is None:
                 raise ValueError("TableStats: every_n_steps writes TensorBoard summaries; give log_dir")
-        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-            raise ValueError(f"TableStats: log_dir must be a path (str or os.PathLike), got {log_dir!r}")
         if log_dir is not None:
-            log_dir = os.fspath(log_dir)
+            log_dir = arguments.path(log_dir, "log_dir", "TableStats")
             try:
                 import tensorboard  # noqa: F401  (tf.summary writes nothing without it)
             except ImportError as e:

@@ -163,7 +163,12 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
       changed), "removed" per layer name, and "whole_shards" per layer name (all of them
       in a whole export).
     """
-    export_dir = os.path.abspath(export_dir)
+    export_dir = os.path.abspath(arguments.path(export_dir, "export_dir", "save_for_serving"))
+    if changes_since is not None:
+        changes_since = arguments.path(changes_since, "changes_since", "save_for_serving")
+    if not hasattr(model, "layers"):  # a tf_keras or Keras 3 Model, not a layer or None
+        raise ValueError(f"save_for_serving: model must be a Keras model holding tfps "
+                         f"DynamicEmbedding layers, got {type(model).__name__}")
     if os.path.exists(export_dir):
         raise FileExistsError(f"save_for_serving: {export_dir} already exists; choose a new "
                               "directory (an export is never written over another)")

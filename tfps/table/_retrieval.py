@@ -30,6 +30,7 @@ import random
 import numpy as np
 import tensorflow as tf
 
+from tfps import _arguments as arguments
 from tfps._ops import ops
 from tfps.table.sharded_table import on_every_shard
 
@@ -59,12 +60,18 @@ def save_for_retrieval(table_or_layer, directory, changes_only=False, chain=DEFA
     `changes_only` the rows changed since the last export of `chain`: inserted, trained,
     or looked up in training (which counts and stamps a row), and the keys removed.
     Returns the manifest (also written as directory/retrieval.json). Eager."""
+    owner = "tfps.export.save_for_retrieval"
     if not isinstance(chain, str) or not chain:
-        raise ValueError(f"tfps.export.save_for_retrieval: chain must be a non-empty string, got {chain!r}")
+        raise ValueError(f"{owner}: chain must be a non-empty string, got {chain!r}")
+    directory = arguments.path(directory, "directory", owner)
+    changes_only = arguments.boolean(changes_only, "changes_only", owner)
     shards, devices = _shards_of(table_or_layer)
     if tf.io.gfile.exists(os.path.join(directory, MANIFEST)):
-        raise ValueError(f"tfps.export.save_for_retrieval: {directory} already holds an export; "
-                         "write each export to a new directory")
+        raise ValueError(f"{owner}: {directory} already holds an export; write each export to a "
+                         "new directory")
+    if tf.io.gfile.isdir(directory) and tf.io.gfile.listdir(directory):
+        raise ValueError(f"{owner}: {directory} is not empty; write each export to a new (or "
+                         "empty) directory, where no other file can be taken for part of it")
     tf.io.gfile.makedirs(directory)
     num_shards = len(shards)
 
@@ -72,7 +79,7 @@ def save_for_retrieval(table_or_layer, directory, changes_only=False, chain=DEFA
         with tf.device(devices[i]):
             return ops.tfps_table_export_for_retrieval(
                 shards[i].resource_handle, shard_prefix(directory, i, num_shards),
-                changes_only=bool(changes_only), chain=chain)
+                changes_only=changes_only, chain=chain)
 
     written = on_every_shard([lambda i=i: export(i) for i in range(num_shards)])
     export_id = random.getrandbits(62) + 1
