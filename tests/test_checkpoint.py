@@ -3,7 +3,6 @@ bring back the clock, and check every file before any shard is touched."""
 
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -444,20 +443,21 @@ def test_a_restore_is_one_change_that_no_concurrent_update_lands_inside(tmp_path
     checkpoint = tf.train.Checkpoint(table=table)
     path = checkpoint.save(str(tmp_path / "whole"))
     saved = table.find(hot).numpy()
-    stop = threading.Event()
+    stop, training = threading.Event(), threading.Event()
     updates = []
 
     def train():
         while not stop.is_set():
             table.apply_gradients(hot, np.ones((len(hot), 16), np.float32))
             updates.append(1)
+            if len(updates) >= 3:
+                training.set()
 
     trainer = threading.Thread(target=train)
     trainer.start()
     try:
-        while len(updates) < 3:  # training runs when the restore starts
-            time.sleep(0.001)
-        during = len(updates)
+        assert training.wait(timeout=60), "the training thread made no 3 updates in 60 s"
+        during = len(updates)  # training runs when the restore starts
         checkpoint.restore(path).assert_consumed()
     finally:
         stop.set()

@@ -116,7 +116,7 @@ KERAS3_PATCHES = (
     Patch("keras.Model", "export", keras3_patches.refusing_padded_ids,
           "refuses an export whose dense signature would feed a table padded ragged or sparse IDs"),
     Patch("keras.src.legacy.saving.legacy_h5_format", "save_model_to_hdf5",
-          functools.partial(keras_saving.refusing_hdf5, what="a model saved", always=True),
+          functools.partial(keras_saving.refusing_hdf5, what="a model saved", always=True, keras="keras3"),
           "an HDF5 model file cannot hold a table's rows: refuse before writing"),
     Patch("keras.Model", "get_weights", functools.partial(keras_saving.warning_dense_only, what="returns"),
           "warns that the tables' rows are not among the weights"),

@@ -49,9 +49,9 @@ def _writes_hdf5(filepath, save_format):
     return str(filepath).endswith((".h5", ".hdf5", ".keras"))
 
 
-def refusing_hdf5(save, what, always=False):
+def refusing_hdf5(save, what, always=False, keras="tf_keras"):
     """Wraps a save(model, filepath, ...) that writes HDF5 when tf_keras' rule says so, or
-    `always` (Keras 3's legacy_h5_format, so its refusal names Keras 3's saves)."""
+    `always` (Keras 3's legacy_h5_format); the refusal names the saves of `keras`."""
     @functools.wraps(save)
     def save_checked(model, filepath, *args, **kwargs):
         save_format = kwargs.get("save_format")
@@ -60,7 +60,7 @@ def refusing_hdf5(save, what, always=False):
             save_format = args[position] if len(args) > position else None
         tables = tables_of(model) if always or _writes_hdf5(filepath, save_format) else []
         if tables:
-            refuse_hdf5(what, filepath, tables, "keras3" if always else "tf_keras")
+            refuse_hdf5(what, filepath, tables, keras)
         return save(model, filepath, *args, **kwargs)
     return save_checked
 

@@ -66,12 +66,11 @@ def save_for_retrieval(table_or_layer, directory, changes_only=False, chain=DEFA
     directory = arguments.path(directory, "directory", owner)
     changes_only = arguments.boolean(changes_only, "changes_only", owner)
     shards, devices = _shards_of(table_or_layer)
-    if tf.io.gfile.exists(os.path.join(directory, MANIFEST)):
-        raise ValueError(f"{owner}: {directory} already holds an export; write each export to a "
-                         "new directory")
     if tf.io.gfile.isdir(directory) and tf.io.gfile.listdir(directory):
-        raise ValueError(f"{owner}: {directory} is not empty; write each export to a new (or "
-                         "empty) directory, where no other file can be taken for part of it")
+        holds = ("already holds an export" if tf.io.gfile.exists(os.path.join(directory, MANIFEST))
+                 else "is not empty")
+        raise ValueError(f"{owner}: {directory} {holds}; write each export to a new (or empty) "
+                         "directory, where no other file can be taken for part of it")
     tf.io.gfile.makedirs(directory)
     num_shards = len(shards)
 
