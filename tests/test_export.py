@@ -11,6 +11,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 import tfps
+from tests import disk_events
 from tfps._ops import ops
 from tfps.keras_layers import DynamicEmbedding
 from tests.cluster_run import run_cluster_program
@@ -71,6 +72,19 @@ def test_export_serves_the_same_predictions_without_tfps(trained, tmp_path):
     np.testing.assert_allclose(served, expected, atol=1e-6)
     graph = open(os.path.join(report["export_dir"], "saved_model.pb"), "rb").read()
     assert b"Tfps>" not in graph
+
+
+def test_an_export_is_on_disk_before_it_is_renamed_into_place(trained, tmp_path, monkeypatch):
+    events = disk_events.record(monkeypatch)
+    report = tfps.export.save_for_serving(trained, str(tmp_path / "export"))
+    [commit] = disk_events.renames_to(events, report["export_dir"])
+    temporary = os.path.realpath(events[commit][1])
+    written = {os.path.realpath(os.path.join(d, f))
+               for d, _, files in os.walk(report["export_dir"]) for f in files}
+    assert any(p.endswith("saved_model.pb") for p in written)
+    assert {p.replace(os.path.realpath(report["export_dir"]), temporary) for p in written} <= \
+        disk_events.synced_before(events, commit)
+    assert events[commit + 1] == ("sync", os.path.realpath(tmp_path))
 
 
 def test_a_model_saved_after_an_export_loads_and_predicts_as_before(trained, tmp_path):

@@ -11,6 +11,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 import tfps
+from tests import disk_events
 from tests.table_rows import assert_same_rows, sorted_rows
 from tfps.keras.callbacks import IncrementalBackup, ResumePoint
 
@@ -326,3 +327,34 @@ def test_an_unreadable_whole_backup_or_chain_file_fails_naming_it(tmp_path):
         f.write('{"chain": ["ckpt-1"')
     with pytest.raises(ValueError, match="IncrementalBackup: .*chain.json is not a list of backups"):
         fit(model, IncrementalBackup(directory), Watch(directory, layer))
+
+
+def test_each_backup_is_on_disk_before_the_chain_names_it_and_before_the_old_chain_is_deleted(
+        tmp_path, monkeypatch):
+    """A rename is atomic for other processes, not across a power loss: a chain file on disk
+    naming checkpoints still in the page cache, or an old chain deleted before its
+    successor reached the disk, would leave nothing to recover from."""
+    directory = str(tmp_path / "backup")
+    events = disk_events.record(monkeypatch)
+    model, layer = model_and_layer()
+    watch = Watch(directory, layer, stop_at=(1, 9))
+    with pytest.raises(RuntimeError, match="simulated preemption"):
+        fit(model, IncrementalBackup(directory, save_freq=5, full_every=2), watch)
+
+    chief = os.path.realpath(os.path.join(directory, "chief"))
+    commits = disk_events.renames_to(events, os.path.join(chief, "chain.json"))
+    assert len(commits) == 4  # backups after steps 5, 10, 15 and 20
+    for commit, (state, _) in zip(commits, watch.backups):
+        named = [path for path in events[commit][3]
+                 if os.path.basename(path).split(".")[0].split("-tfps")[0] in state["chain"]]
+        assert any("tfps.DynamicTable" in path for path in named)
+        assert any(path.endswith(".index") for path in named)
+        before = disk_events.synced_before(events, commit)
+        assert not [path for path in named if os.path.realpath(path) not in before]
+        assert os.path.realpath(events[commit][1]) in before  # the new chain file's bytes
+        assert events[commit + 1] == ("sync", chief)  # and its name, right after the rename
+    # full_every=2: the chain [ckpt-1, ckpt-2] is deleted once ckpt-3 (whole) is committed.
+    removed = [k for k, e in enumerate(events) if e[0] == "remove" and "/ckpt-1" in e[1]]
+    assert removed and min(removed) > commits[2]
+    assert [s["chain"] for s, _ in watch.backups] == [
+        ["ckpt-1"], ["ckpt-1", "ckpt-2"], ["ckpt-3"], ["ckpt-3", "ckpt-4"]]

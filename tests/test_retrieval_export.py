@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfps
+from tests import disk_events
 from tfps._ops import ops
 from tfps.table.sharded_table import ShardedTable
 
@@ -51,6 +52,18 @@ def test_a_whole_export_is_every_key_and_vector_in_plain_npy_files(tmp_path):
         assert (tfps.keys.shard_of(tf.constant(shard_keys), 3).numpy() == i).all()
         assert np.load(tmp_path / "v1" / f"shard-{i}-of-3.removed_keys.npy").shape == (0,)
     assert_loads_as(table, str(tmp_path / "v1"))
+
+
+def test_the_shards_files_are_on_disk_before_the_manifest_that_names_them(tmp_path, monkeypatch):
+    table = sharded()
+    table.find_or_insert(np.arange(1000))
+    events = disk_events.record(monkeypatch)
+    tfps.export.save_for_retrieval(table, str(tmp_path / "v1"))
+    [commit] = disk_events.renames_to(events, tmp_path / "v1" / "retrieval.json")
+    files = [p for p in events[commit][3] if p.endswith(".npy")]
+    assert len(files) == 9  # keys, vectors and removed keys of 3 shards
+    assert set(map(os.path.realpath, files + [events[commit][1]])) <= disk_events.synced_before(events, commit)
+    assert events[commit + 1] == ("sync", os.path.realpath(tmp_path / "v1"))
 
 
 def test_changes_hold_the_inserted_changed_and_removed_rows_only(tmp_path):

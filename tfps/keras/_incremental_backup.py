@@ -25,6 +25,7 @@ from tf_keras.src.distribute import worker_training_state
 from tf_keras.src.utils import mode_keys
 
 from tfps import _arguments as arguments
+from tfps import _durable as durable
 from tfps.table import checkpoint as checkpoint_lib
 from tfps.keras import _keras3_guard as keras3_guard
 from tfps.keras import _scheduled_steps as scheduled_steps
@@ -298,7 +299,7 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
             json.dump({"chain": self._chain, "next": self._next, "epoch": epoch, "batch": batch,
                        "steps_done": steps_done, "steps_per_epoch": self._steps_per_epoch,
                        "contents": self._contents}, f)
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        durable.replace(path + ".tmp", path)
 
     def back_up(self, epoch, batch=-1, steps_per_epoch=None):
         self._steps_per_epoch = steps_per_epoch
@@ -306,7 +307,9 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
         self._ckpt_saved_batch.assign(batch)
         whole = not self._chain or len(self._chain) >= self._full_every
         name = f"ckpt-{self._next}"
-        self._writer.write(os.path.join(self._directory, name), changes_only=not whole)
+        prefix = self._writer.write(os.path.join(self._directory, name), changes_only=not whole)
+        # On disk before the chain names it, and before the chain it replaces is deleted.
+        durable.sync_files(checkpoint_lib.files(prefix))
         dropped = self._chain if whole else []
         self._chain = [name] if whole else self._chain + [name]
         self._next += 1

@@ -24,6 +24,7 @@ import uuid
 import tensorflow as tf
 
 from tfps import _arguments as arguments
+from tfps import _durable as durable
 from tfps.keras import _serving_rows as serving_rows
 from tfps.keras._serving_rows import freeze  # noqa: F401  (tfps.export's)
 from tfps.table._retrieval import load_for_retrieval, save_for_retrieval  # noqa: F401  (tfps.export's)
@@ -239,7 +240,7 @@ def save_for_serving(model, export_dir, min_count=None, value_dtype=None, signat
         if tf.io.gfile.exists(scratch):
             tf.io.gfile.rmtree(scratch)
         serving_rows.write_manifest(kept_rows, export_id, chain, min_count, value_dtype, layers, plans)
-        os.rename(tmp, export_dir)
+        durable.replace(tmp, export_dir)
     finally:
         for layer in layers:
             layer.use_serving_table(None)

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfps import _arguments as arguments
+from tfps import _durable as durable
 from tfps._ops import ops
 from tfps.table.sharded_table import on_every_shard
 
@@ -92,8 +93,9 @@ def save_for_retrieval(table_or_layer, directory, changes_only=False, chain=DEFA
                 "shards": [shard_entry(rows, removed, kind, follows) for rows, removed, kind, _, follows in written]}
     with tf.io.gfile.GFile(os.path.join(directory, MANIFEST + ".tmp"), "w") as f:
         json.dump(manifest, f, indent=1)
-    tf.io.gfile.rename(os.path.join(directory, MANIFEST + ".tmp"), os.path.join(directory, MANIFEST),
-                       overwrite=True)
+    # The shards' files on disk before the manifest that names them.
+    durable.sync_files(tf.io.gfile.glob(os.path.join(directory, "*")))
+    durable.replace(os.path.join(directory, MANIFEST + ".tmp"), os.path.join(directory, MANIFEST))
     for shard, device, (_, _, _, stamp, _) in zip(shards, devices, written):
         with tf.device(device):
             ops.tfps_table_commit_save(shard.resource_handle, directory, export_id, stamp, chain=chain)

@@ -423,11 +423,16 @@ def _check_layout(key, layout, table):
     tf.debugging.Assert(fits, [message], summarize=1)
 
 
+def files(prefix):
+    """The files of the checkpoint `prefix`: its index, data and table files."""
+    return [path for pattern in (prefix + ".index", prefix + ".data-*", f"{prefix}-{SAVER_NAME}*")
+            for path in tf.io.gfile.glob(pattern)]
+
+
 def delete(prefix):
     """Deletes the checkpoint `prefix`: its index, data and table files."""
-    for pattern in (prefix + ".index", prefix + ".data-*", f"{prefix}-{SAVER_NAME}*"):
-        for path in tf.io.gfile.glob(pattern):
-            tf.io.gfile.remove(path)
+    for path in files(prefix):
+        tf.io.gfile.remove(path)
 
 
 def deleting_table_files(delete):
