@@ -280,13 +280,23 @@ def main():
 
 
 def evaluate_checkpoints(model, args, eval_files):
-    """Sidecar evaluation: each new checkpoint of the chief, until the launcher stops us."""
+    """Sidecar evaluation: every line of the eval file, once, by each new checkpoint of the
+    chief, up to the last epoch's, which ends it (tfps-launch waits for that one)."""
     data = tfps.data.criteo_dataset(eval_files, args.batch_size)
-    steps = max(1, sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
+    steps = -(-sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
+    last = f"weights-{args.epochs:02d}"
     for path in tf.train.checkpoints_iterator(args.checkpoint_dir, timeout=args.evaluator_timeout):
-        model.load_weights(path)
+        try:
+            model.load_weights(path)
+        except tf.errors.NotFoundError as e:  # the chief keeps its last two
+            print(f"evaluator: {path} was deleted before it could be read ({e.message.splitlines()[0]}); "
+                  "evaluating the next one", flush=True)
+            continue
         results = model.evaluate(data, steps=steps, return_dict=True, verbose=0)
-        print(f"evaluator: {path}: loss {results['loss']:.4f}  auc {results['auc']:.4f}", flush=True)
+        print(f"evaluator: {os.path.basename(path)}: loss {results['loss']:.6f}  auc {results['auc']:.6f}",
+              flush=True)
+        if os.path.basename(path) == last:
+            return
 
 
 if __name__ == "__main__":

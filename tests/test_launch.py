@@ -135,6 +135,8 @@ def test_bad_flags_are_refused_naming_them_before_any_task_starts(tmp_path):
     cases = [
         (["--max_restarts", "-1", PROGRAM], "need --max_restarts >= 0 and --max_worker_restarts >= 0, got -1 and 3"),
         (["--max_worker_restarts", "-2", PROGRAM], "got 3 and -2"),
+        (["--evaluator_wait", "-1", PROGRAM], "need --evaluator_wait >= 0, got -1.0"),
+        (["--evaluator_wait", "nan", PROGRAM], "need --evaluator_wait >= 0, got nan"),
         (["--log_dir", str(a_file / "logs"), PROGRAM], f"cannot make the log directory --log_dir {a_file}/logs"),
         ([str(tmp_path)], f"{tmp_path} is not a file"),
         ([str(tmp_path / "missing.py")], "missing.py does not exist"),
@@ -195,3 +197,37 @@ def test_a_parameter_server_that_fails_is_reported_with_the_end_of_its_log(tmp_p
     assert ("ps_0 exited with code 1 (the end of ps_0.log: RuntimeError: no table for this shard); "
             "restarting the whole cluster (restart 1 of 1)") in said
     assert "RuntimeError: no table for this shard); no cluster restarts left" in said
+
+
+EVALUATING = os.path.join(ROOT, "tests", "cluster_programs", "evaluator_program.py")
+
+
+def launch_with_evaluator(tmp_path, flags=(), program_args=()):
+    os.mkfifo(tmp_path / "meet")
+    return launch_exiting(tmp_path, ["--evaluator", *flags], program=EVALUATING, program_args=[
+        "--meet", str(tmp_path / "meet"), "--evaluated_file", str(tmp_path / "evaluated"), *program_args])
+
+
+def test_the_evaluator_finishes_its_last_evaluation_after_the_chief_ends(tmp_path):
+    run, said = launch_with_evaluator(tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "the chief ended; waiting up to 600 s for evaluator_0 to finish (--evaluator_wait)" in said
+    assert (tmp_path / "evaluated").read_text() == "evaluated\n"
+    assert "did not finish" not in said and "exited with code" not in said
+
+
+def test_an_evaluator_that_outlasts_evaluator_wait_is_stopped(tmp_path):
+    run, said = launch_with_evaluator(tmp_path, ["--evaluator_wait", "1"],
+                                      ["--evaluation_seconds", "600"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "evaluator_0 did not finish within --evaluator_wait 1 s; stopping it" in said
+    assert not (tmp_path / "evaluated").exists()
+
+
+def test_an_evaluator_that_fails_is_reported_and_training_ends_as_the_chief_does(tmp_path):
+    run, said = launch_with_evaluator(tmp_path, program_args=["--evaluator_fails"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "chief done" in run.stdout
+    assert ("evaluator_0 exited with code 1 (the end of evaluator_0.log: RuntimeError: no checkpoint "
+            "directory)") in said
+    assert "restart" not in said and "waiting up to" not in said

@@ -2,10 +2,14 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
+import numpy as np
 import tensorflow as tf
+
+from tests.auc_reference import exact_roc_auc, log_linear_buckets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "train_ctr.py")
@@ -70,6 +74,41 @@ def test_example_runs_with_worker_caches_beside_backups_and_epoch_checkpoints(tm
     sizes = eval(out.split("table sizes per PS shard: ")[1].split("\n")[0])
     assert len(sizes) == 2 and min(sizes) > 0  # both PS tasks hold keys
     assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith("weights-02")
+
+
+def test_a_sidecar_evaluator_evaluates_the_checkpoints_up_to_the_last_epochs(tmp_path):
+    """tfps-launch --evaluator: the evaluator task evaluates the chief's checkpoints as they
+    come, and the launcher waits for its evaluation of the last one after the chief ends.
+    That evaluation equals the model the checkpoint holds, evaluated here independently,
+    and the chief's own final evaluation of the same weights."""
+    logs = tmp_path / "logs"
+    out = run([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "1", "--evaluator",
+               "--log_dir", str(logs), EXAMPLE, "--data_dir", str(tmp_path / "data"),
+               "--checkpoint_dir", str(tmp_path / "ckpt"), *ARGS, "--epochs", "3"], tmp_path)
+    evaluated = re.findall(r"evaluator: (weights-\d\d): loss ([\d.]+)  auc ([\d.]+)",
+                           (logs / "evaluator_0.log").read_text())
+    names = [name for name, _, _ in evaluated]
+    assert names and names[-1] == "weights-03" and names == sorted(set(names)), evaluated
+    launcher = (logs / "launcher.log").read_text()
+    assert "did not finish" not in launcher and "exited with code" not in launcher
+
+    _, loss, auc = evaluated[-1]
+    train_ctr = _train_ctr()
+    model = train_ctr.build_model(tf.distribute.get_strategy(), 16, 0.3)
+    model.load_weights(str(tmp_path / "ckpt" / "weights-03")).assert_existing_objects_matched()
+    import tfps
+    eval_file = sorted((tmp_path / "data").glob("*.tsv"))[-1]
+    data = tfps.data.criteo_dataset([str(eval_file)], 256)
+    labels = np.concatenate([y.numpy() for _, y in data]).reshape(-1)
+    predictions = model.predict(data, steps=12, verbose=0).reshape(-1).astype(np.float64)
+    assert labels.size == 3000 and predictions.size == 3000  # every eval line once
+    # The metric's own buckets (1,024 per octave) make the only difference from exact.
+    assert abs(float(auc) - exact_roc_auc(labels, log_linear_buckets(predictions))) < 2e-6
+    assert abs(float(auc) - exact_roc_auc(labels, predictions)) < 1e-3
+    p = np.clip(predictions, 1e-7, 1 - 1e-7)
+    assert abs(float(loss) - np.mean(-(labels * np.log(p) + (1 - labels) * np.log(1 - p)))) < 1e-4
+    chief_auc = float(re.search(r"eval over 3,000 examples: loss [\d.]+  auc ([\d.]+)", out).group(1))
+    assert abs(chief_auc - float(auc)) <= 5e-5 + 1e-6  # printed to 4 places
 
 
 def test_epoch_checkpoints_resume_only_their_own_launch_and_survive_an_epoch_ended_again(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """tfps-launch: run a TF_CONFIG training program as a local parameter-server cluster.
 
-    tfps-launch --num_ps 2 --num_workers 2 [--evaluator] [--log_dir DIR] SCRIPT [ARGS...]
+    tfps-launch --num_ps 2 --num_workers 2 [--evaluator [--evaluator_wait S]] [--log_dir DIR] SCRIPT [ARGS...]
 
 Starts a chief, the workers, the parameter servers (and an evaluator) as local processes
 on free 127.0.0.1 ports, each with its own TF_CONFIG, all running SCRIPT with ARGS. Each
@@ -12,7 +12,8 @@ chief killed by a signal, restarts the whole cluster (--max_restarts times), and
 program resumes from its latest backup. A task that stops answering (a hung or stopped
 process: its server leaves a status call unanswered, or its process is stopped) for
 --hang_timeout seconds (default 30) is killed and then treated as a task that died. Every
-restart is logged.
+restart is logged. An evaluator that fails is reported, not restarted; after the chief
+ends, the evaluator has --evaluator_wait seconds to finish before it is stopped.
 """
 
 import argparse
@@ -206,7 +207,7 @@ def program_command(script, args):
 
 
 def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out=sys.stdout,
-           max_worker_restarts=3, max_restarts=3, hang_timeout=30.0):
+           max_worker_restarts=3, max_restarts=3, hang_timeout=30.0, evaluator_wait=600.0):
     """Runs the cluster until the chief exits; returns the chief's exit code.
 
     A worker that fails is restarted on its own (up to max_worker_restarts times); a
@@ -217,12 +218,16 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
     TFPS_CLUSTER_RESTARTS, and an id of this launch, the same in every restart, in
     TFPS_LAUNCH_ID (a program keeps its backups in a directory of its launch's own with it).
     A task silent for `hang_timeout` seconds (tfps.cluster._task_health; 0: never) is killed, and
-    then handled as a task that died.
+    then handled as a task that died. An evaluator (`evaluator=True`) that fails is reported
+    and not restarted; after the chief ends, it has up to `evaluator_wait` seconds to
+    evaluate the last checkpoint and exit before it is stopped.
     """
     if num_ps < 1 or num_workers < 1:
         raise SystemExit(f"tfps-launch: need --num_ps >= 1 and --num_workers >= 1, got {num_ps} and {num_workers}")
     if not hang_timeout >= 0:
         raise SystemExit(f"tfps-launch: need --hang_timeout >= 0, got {hang_timeout}")
+    if not evaluator_wait >= 0:
+        raise SystemExit(f"tfps-launch: need --evaluator_wait >= 0, got {evaluator_wait}")
     if max_restarts < 0 or max_worker_restarts < 0:
         raise SystemExit(f"tfps-launch: need --max_restarts >= 0 and --max_worker_restarts >= 0, got "
                          f"{max_restarts} and {max_worker_restarts}")
@@ -246,8 +251,9 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
         for restart in range(max_restarts + 1):
             cluster = cluster_spec(num_workers, num_ps)
             note(f"cluster {json.dumps(cluster)}; logs in {log_dir}")
-            code, lost = _run_cluster(cluster, program_command(script, args), log_dir, evaluator,
-                                      out, max_worker_restarts, restart, stopping, note, launch_id,
+            code, lost = _run_cluster(cluster, program_command(script, args), log_dir,
+                                      evaluator_wait if evaluator else None, out,
+                                      max_worker_restarts, restart, stopping, note, launch_id,
                                       hang_timeout)
             if lost is None:
                 return code
@@ -275,6 +281,26 @@ def _lost_with_chief(code, others):
     return None
 
 
+def _await_evaluator(others, returned, seconds, stopping, note):
+    """After the chief's success: the evaluator's evaluation of the last checkpoint, which
+    the chief wrote just before it ended, is what a sidecar evaluation is run for."""
+    evaluator = next((t for t in others if t.task_type == "evaluator" and t not in returned), None)
+    if evaluator is None:
+        return
+    if evaluator.poll() is None:
+        note(f"the chief ended; waiting up to {seconds:g} s for {evaluator.name} to finish "
+             f"(--evaluator_wait)")
+        deadline = time.monotonic() + seconds
+        while evaluator.poll() is None and time.monotonic() < deadline and not stopping.is_set():
+            stopping.wait(0.2)
+        if evaluator.poll() is None:
+            note(f"{evaluator.name} did not finish within --evaluator_wait {seconds:g} s; stopping it")
+            return
+    code = evaluator.poll()
+    if code:
+        note(f"{evaluator.name} exited with code {code}{_log_end(evaluator, code)}")
+
+
 def _log_end(task, code):
     """For a task that exited with an error of its own (not a signal): the last line of its
     log, where a Python program's traceback ends with the error."""
@@ -289,15 +315,16 @@ def _log_end(task, code):
     return f" (the end of {task.name}.log: {lines[-1][:300]})" if lines else ""
 
 
-def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts, restart, stopping,
-                 note, launch_id, hang_timeout):
-    """Runs one cluster; returns (exit code, None) when the chief ends it or it is
-    interrupted, or (the chief's exit code or None, what was lost) when it must restart."""
+def _run_cluster(cluster, command, log_dir, evaluator_wait, out, max_worker_restarts, restart,
+                 stopping, note, launch_id, hang_timeout):
+    """Runs one cluster (with an evaluator unless evaluator_wait is None); returns (exit
+    code, None) when the chief ends it or it is interrupted, or (the chief's exit code or
+    None, what was lost) when it must restart."""
     env = {"TFPS_CLUSTER_RESTARTS": str(restart), "TFPS_LAUNCH_ID": launch_id}
     others = [Task("ps", i, cluster, command, log_dir, env=env) for i in range(len(cluster["ps"]))]
     others += [Task("worker", i, cluster, command, log_dir, env=env)
                for i in range(len(cluster["worker"]))]
-    if evaluator:
+    if evaluator_wait is not None:
         others.append(Task("evaluator", 0, cluster, command, log_dir, env=env))
     chief = Task("chief", 0, cluster, command, log_dir, stream_to=out, env=env)
     addresses = {f"{job}_{i}": address for job in ("ps", "worker")
@@ -328,11 +355,18 @@ def _run_cluster(cluster, command, log_dir, evaluator, out, max_worker_restarts,
                 elif task.task_type == "ps" and code:
                     chief.hold_output_after(time.monotonic() - LOSS_MARGIN_SECONDS)
                     return None, f"{task.name} exited with code {code}{_log_end(task, code)}"
+                elif task.task_type == "evaluator" and code and task not in returned:
+                    # Training goes on without it; restarting would fail the same way.
+                    returned.add(task)
+                    note(f"{task.name} exited with code {code}{_log_end(task, code)}; training goes "
+                         f"on without evaluations")
             code = chief.poll()
             if code is not None:
                 lost = _lost_with_chief(code, others)
                 if lost is not None:
                     chief.hold_output_after(time.monotonic() - LOSS_MARGIN_SECONDS)
+                elif code == 0:
+                    _await_evaluator(others, returned, evaluator_wait, stopping, note)
                 return code, lost
             workers = [task for task in others if task.task_type == "worker"]
             for task in workers:
@@ -368,7 +402,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="tfps-launch", description=__doc__.splitlines()[0])
     parser.add_argument("--num_ps", type=int, required=True)
     parser.add_argument("--num_workers", type=int, required=True)
-    parser.add_argument("--evaluator", action="store_true")
+    parser.add_argument("--evaluator", action="store_true",
+                        help="start an evaluator task too (TF_CONFIG task type \"evaluator\"), "
+                             "running the same program: sidecar evaluation of the chief's "
+                             "checkpoints, as examples/train_ctr.py does")
     parser.add_argument("--log_dir")
     parser.add_argument("--max_worker_restarts", type=int, default=3,
                         help="times each worker restarts on its own after it fails")
@@ -378,6 +415,9 @@ def main(argv=None):
     parser.add_argument("--hang_timeout", type=float, default=30.0,
                         help="seconds a task may leave its status check unanswered (or stay "
                              "stopped) before it is killed and restarted; 0: never")
+    parser.add_argument("--evaluator_wait", type=float, default=600.0,
+                        help="with --evaluator: seconds the evaluator may run after the chief "
+                             "ends, to evaluate the last checkpoint, before it is stopped")
     parser.add_argument("script", help="the program every task runs (a .py file or an executable)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's own arguments (optional)")
     opts = parser.parse_args(argv)
@@ -386,7 +426,8 @@ def main(argv=None):
                      else f"{opts.script} does not exist")
     sys.exit(launch(opts.num_ps, opts.num_workers, opts.script, opts.args, opts.log_dir,
                     opts.evaluator, max_worker_restarts=opts.max_worker_restarts,
-                    max_restarts=opts.max_restarts, hang_timeout=opts.hang_timeout))
+                    max_restarts=opts.max_restarts, hang_timeout=opts.hang_timeout,
+                    evaluator_wait=opts.evaluator_wait))
 
 
 if __name__ == "__main__":
