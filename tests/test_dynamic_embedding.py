@@ -55,6 +55,23 @@ def test_same_losses_and_rows_as_a_presized_keras_embedding(table_optimizer, ker
     assert dynamic.table_proxy.shape == (0, DIM)  # the proxy only carries gradients
 
 
+def test_jit_compile_falls_back_to_graphs_for_a_model_with_tables_and_the_table_trains():
+    reference, reference_embedding, model, dynamic = oracle_pair(
+        tfps.optimizers.SGD(0.5), lambda: keras.optimizers.SGD(0.5))
+    with pytest.warns(UserWarning, match=f"jit_compile=True falls back to False .* {dynamic.name} "):
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss="binary_crossentropy", jit_compile=True)
+    assert model.jit_compile is False
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, VOCAB, size=(256, FIELDS)).astype(np.int64)
+    y = (x.sum(1) % 3 == 0).astype(np.float32)
+    for m in (reference, model):
+        m.fit(x, y, batch_size=32, shuffle=False, verbose=0)
+    np.testing.assert_allclose(dynamic.table.find(np.arange(VOCAB, dtype=np.int64)).numpy(),
+                               reference_embedding.embeddings.numpy(), atol=1e-5)
+    reference.compile(optimizer="sgd", loss="mse", jit_compile=True)  # no table: XLA as asked
+    assert reference.jit_compile is True
+
+
 def test_inference_never_inserts_and_unseen_ids_read_zero_or_initial():
     layer = DynamicEmbedding(3, initializer=tfps.initializers.RandomUniform(0.5, 1.0))
     trained = layer(tf.constant([[1, 2]], tf.int64), training=True)

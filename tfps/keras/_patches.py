@@ -29,6 +29,7 @@ from tfps.keras import _keras3_patches as keras3_patches
 from tfps.keras import _saving as keras_saving
 from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.keras import _worker_cache_flush as worker_cache_flush
+from tfps.keras import _xla as xla
 
 MARKER = "__tfps_patch__"
 SUPPORTED = ("TensorFlow 2.16 to 2.21 with the tf_keras of the same minor version (and, for "
@@ -79,6 +80,9 @@ PATCHES = (
           incremental_backup.refusing_step_backups_under_pss,
           "BackupAndRestore(save_freq=N), which tf_keras never runs under "
           "ParameterServerStrategy, is refused for a model with tables, naming IncrementalBackup"),
+    Patch("tf_keras.Model", "compile", xla.falling_back_from_xla,
+          "jit_compile=True falls back to False for a model with tables, whose ops XLA cannot "
+          "compile, as Keras 3 does"),
     Patch("tf_keras.Model", "summary", keras_saving.with_table_lines,
           "lists each table's dim, rows and shards, which the parameter counts leave out"),
     Patch("tf_keras.Model", "_make_test_function_exact", exact_evaluation.building_metrics_first,
