@@ -11,6 +11,13 @@ they are when it runs, and its update is applied when it arrives, never lost or 
 one worker the steps run in order, so the result is exactly that of sequential training;
 with more it depends on the order the steps happened to run in.
 
+--sync trains synchronously instead: each step, every worker computes the gradient of its
+own batch from the same rows and variables and adds it to a tfps.GradientAccumulator
+shared by the workers; once all have (ClusterCoordinator.join), one apply updates the
+table and the head with their sum. So N workers with batches of B train exactly as one
+process with batches of N x B, whatever order the workers run in. Each step waits for its
+slowest worker.
+
 --rows_out writes every trained row with its optimizer slots, the dense head before and
 after, and the batches' recipe, as JSON (tests/test_custom_loop.py compares them with a
 NumPy model of the same training).
@@ -76,14 +83,24 @@ def main():
     parser.add_argument("--table_lr", type=float, default=0.3, help="the table's Adagrad rate")
     parser.add_argument("--dense_lr", type=float, default=0.5, help="the Keras SGD rate of the head")
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--sync", action="store_true",
+                        help="synchronous steps: every worker's gradient of a step summed, then applied once")
     parser.add_argument("--rows_out", help="a JSON file for the trained rows (see above)")
     args = parser.parse_args()
 
     strategy = tfps.distribute.strategy_from_tf_config()  # ps and worker tasks serve here
+    clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    num_workers = len(tfps.distribute.tf_config()["cluster"]["worker"]) if clustered else 1
     with strategy.scope():
         model, embedding, head = build(args)
         optimizer = keras.optimizers.SGD(args.dense_lr)
+        if args.sync:  # its sums live on the parameter servers
+            accumulator = tfps.GradientAccumulator(model.trainable_variables, shared_by_workers=True)
     kernel_start = head.kernel.numpy().ravel().tolist()
+    if args.sync:
+        train_synchronously(args, strategy, model, optimizer, accumulator, num_workers)
+        report(args, embedding, head, kernel_start, global_batch=args.batch_size * num_workers)
+        return
     # A per-example loss, averaged over the global batch: in a custom loop under a
     # strategy, Keras' default reduction is refused.
     loss_of = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
@@ -100,7 +117,7 @@ def main():
     def train_step(iterator):
         return strategy.run(replica_step, args=next(iterator))
 
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+    if clustered:
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         # The chief serves the data: one tf.data service worker keeps the stream's order.
         with tfps.data.local_data_service(num_workers=1) as service:
@@ -116,8 +133,49 @@ def main():
             loss = train_step(iterator)
             if (step + 1) % 50 == 0:
                 print(f"step {step + 1}: loss {float(loss):.4f}", flush=True)
-    print(f"trained {args.steps} steps; the table holds {int(embedding.table.size())} rows", flush=True)
+    report(args, embedding, head, kernel_start, global_batch=args.batch_size)
 
+
+def train_synchronously(args, strategy, model, optimizer, accumulator, num_workers):
+    """Step s: worker batch i of num_workers holds examples (s * num_workers + i) *
+    batch_size on; the loss is averaged over all of them, the global batch."""
+    global_batch = args.batch_size * num_workers
+    loss_of = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+
+    def replica_gradients(first_example):
+        ids = example_ids(tf.range(first_example, first_example + args.batch_size))
+        with tf.GradientTape() as tape:
+            per_example = loss_of(example_labels(ids)[:, None], model(ids, training=True)[:, None])
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        accumulator.add(tape.gradient(loss, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def add_gradients(first_example):
+        return strategy.run(replica_gradients, args=(first_example,))
+
+    @tf.function
+    def apply_sum():
+        strategy.run(lambda: accumulator.apply_to(optimizer))
+
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        run, wait = coordinator.schedule, coordinator.join
+    else:
+        run, wait = (lambda fn, args=(): fn(*args)), (lambda: None)
+    for step in range(args.steps):
+        losses = [run(add_gradients, args=(tf.constant((step * num_workers + i) * args.batch_size, tf.int64),))
+                  for i in range(num_workers)]
+        wait()  # every worker's gradient of this step is in the sum
+        run(apply_sum)
+        wait()  # the next step's gradients start from the applied sum
+        if (step + 1) % 50 == 0:
+            loss = sum(float(l.fetch() if hasattr(l, "fetch") else l) for l in losses)
+            print(f"step {step + 1}: loss {loss:.4f}", flush=True)
+
+
+def report(args, embedding, head, kernel_start, global_batch):
+    print(f"trained {args.steps} steps; the table holds {int(embedding.table.size())} rows", flush=True)
     if args.rows_out:
         rows = embedding.table.export()
         with open(args.rows_out, "w") as f:
@@ -125,7 +183,7 @@ def main():
                        "slots": rows.slots.numpy().tolist(), "kernel_start": kernel_start,
                        "kernel": head.kernel.numpy().ravel().tolist(),
                        "bias": float(np.asarray(head.bias.numpy()).ravel()[0]),
-                       "steps": args.steps, "batch_size": args.batch_size, "dim": args.dim,
+                       "steps": args.steps, "batch_size": global_batch, "dim": args.dim,
                        "table_lr": args.table_lr, "dense_lr": args.dense_lr, "seed": args.seed}, f)
 
 

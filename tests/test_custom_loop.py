@@ -54,19 +54,23 @@ def numpy_training(out):
     return rows, slots, kernel, bias
 
 
-@pytest.mark.parametrize("launched", [True, False], ids=["tfps-launch", "local"])
-def test_the_custom_loop_trains_rows_slots_and_head_as_numpy_does(tmp_path, launched):
+def run_example(tmp_path, *flags, workers=None):
+    """Runs the example (under tfps-launch with `workers` workers and 2 parameter servers,
+    or in this process's way without TF_CONFIG); returns what --rows_out wrote."""
     rows_out = tmp_path / "rows.json"
-    command = [EXAMPLE, "--steps", str(STEPS), "--rows_out", str(rows_out)]
-    if launched:
-        command = ["-m", "tfps.launch", "--num_ps", "2", "--num_workers", "1",
+    command = [EXAMPLE, "--steps", str(STEPS), "--rows_out", str(rows_out), *flags]
+    if workers:
+        command = ["-m", "tfps.launch", "--num_ps", "2", "--num_workers", str(workers),
                    "--log_dir", str(tmp_path / "logs"), *command]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     env.pop("TF_CONFIG", None)
     run = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=300,
                          env=env, cwd=str(tmp_path))
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    out = json.loads(rows_out.read_text())
+    return json.loads(rows_out.read_text())
+
+
+def assert_trained_as_numpy(out):
     rows, slots, kernel, bias = numpy_training(out)
     assert sorted(out["keys"]) == sorted(rows)
     got_rows = dict(zip(out["keys"], np.asarray(out["values"])))
@@ -80,3 +84,18 @@ def test_the_custom_loop_trains_rows_slots_and_head_as_numpy_does(tmp_path, laun
                                    err_msg=str(key))
     np.testing.assert_allclose(out["kernel"], kernel, rtol=1e-4, atol=1e-6)
     assert out["bias"] == pytest.approx(bias, rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("launched", [True, False], ids=["tfps-launch", "local"])
+def test_the_custom_loop_trains_rows_slots_and_head_as_numpy_does(tmp_path, launched):
+    assert_trained_as_numpy(run_example(tmp_path, workers=1 if launched else None))
+
+
+def test_synchronous_steps_of_two_workers_train_as_one_process_with_their_global_batch(tmp_path):
+    """--sync: each step's two worker batches of 32 are summed and applied once, so the
+    result is exactly one process's training with batches of 64, whichever worker runs
+    which batch and in whatever order (asynchronous steps would read rows the other
+    worker's step had already moved)."""
+    out = run_example(tmp_path, "--sync", "--batch_size", "32", workers=2)
+    assert out["batch_size"] == 64
+    assert_trained_as_numpy(out)

@@ -265,13 +265,14 @@ def accumulate(model, accumulator_or_none, optimizer, x, y, k, compiled):
         run(tf.constant(xs), tf.constant(ys))
 
 
+@pytest.mark.parametrize("shared_by_workers", [False, True], ids=["slices", "summed-per-key"])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(compiled):
+def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(compiled, shared_by_workers):
     x, y = batches()
     stock, embedding = stock_model()
     accumulate(stock, None, keras.optimizers.SGD(0.01), x, y, k=3, compiled=compiled)
     ours, layer = tfps_model(tfps.optimizers.SGD(0.01))
-    accumulator = tfps.GradientAccumulator(ours.trainable_variables)
+    accumulator = tfps.GradientAccumulator(ours.trainable_variables, shared_by_workers=shared_by_workers)
     accumulate(ours, accumulator, keras.optimizers.SGD(0.01), x, y, k=3, compiled=compiled)
     np.testing.assert_allclose(table_rows(layer), embedding.embeddings.numpy(), rtol=1e-5, atol=1e-6)
     assert np.abs(table_rows(layer) - start_rows()).max() > 1e-2  # the rows really trained

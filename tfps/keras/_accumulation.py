@@ -15,7 +15,8 @@ import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
 from tfps.keras import _optimizer_bridge as optimizer_bridge
-from tfps.table.sharded_table import task_devices
+from tfps.table import optimizers
+from tfps.table.sharded_table import ShardedTable, task_devices
 
 _REFUSAL = ("the gradient of a DynamicEmbedding table (IndexedSlices over 64-bit table keys, dense shape "
             "{shape}) has no dense form, so {what} cannot sum it; accumulate gradients over "
@@ -58,10 +59,55 @@ def refusing_table_gradient_add(original_add):
     return add
 
 
+class _AppendedSlices:
+    """A table's micro-batch gradients kept as slices, their keys and rows appended (the
+    table sums a key's slices when it applies them): clipping sees each micro-batch's
+    slices as without accumulation. An append is a read and a write, so one process adds
+    at a time."""
+
+    def __init__(self, dim, dtype):
+        self._keys = tf.Variable(tf.zeros([0], tf.int64), shape=tf.TensorShape([None]), trainable=False)
+        self._rows = tf.Variable(tf.zeros([0, dim], dtype), shape=tf.TensorShape([None, dim]),
+                                 trainable=False)
+
+    def add(self, gradient):
+        return tf.group(self._keys.assign(tf.concat([self._keys, tf.cast(gradient.indices, tf.int64)], 0)),
+                        self._rows.assign(tf.concat([self._rows, tf.cast(gradient.values, self._rows.dtype)], 0)))
+
+    def read(self):
+        return tf.identity(self._rows), tf.identity(self._keys)
+
+    def reset(self):
+        return tf.group(self._keys.assign(tf.zeros([0], tf.int64)),
+                        self._rows.assign(tf.zeros([0, self._rows.shape[1]], self._rows.dtype)))
+
+
+class _SummedSlices:
+    """A table's gradients summed per key in an SGD table at rate 1, applied to the negated
+    gradients (each row is the exact running sum), sharded over the parameter servers like
+    the tables: an add is atomic per row, so every worker may add at once."""
+
+    def __init__(self, dim):
+        self._sums = ShardedTable(dim, optimizer=optimizers.SGD(1.0), initializer="zeros",
+                                  name="gradient_sums")
+
+    def add(self, gradient):
+        return self._sums.apply_gradients(tf.cast(gradient.indices, tf.int64),
+                                          -tf.cast(gradient.values, tf.float32))
+
+    def read(self):
+        rows = self._sums.export()
+        return rows.values, rows.keys
+
+    def reset(self):
+        return self._sums.clear()
+
+
 class GradientAccumulator:
     """Sums gradients of `variables` over calls to `add`, applied by `apply_to`.
 
-    Works eagerly and inside `tf.function` (its sums live in variables).
+    Works eagerly and inside `tf.function` (its sums live in variables and, for tables
+    shared by workers, in tables on the parameter servers).
 
         accumulator = tfps.GradientAccumulator(model.trainable_variables)
         for x, y in micro_batches:                       # k of them
@@ -70,20 +116,33 @@ class GradientAccumulator:
             accumulator.add(tape.gradient(loss, model.trainable_variables))
         accumulator.apply_to(optimizer)                  # one step, the summed gradient
 
+    Under a ParameterServerStrategy of several workers, `shared_by_workers=True` makes one
+    sum of every worker's adds, for synchronous training: each step, every worker adds
+    its gradients, and once all have (ClusterCoordinator.join), one apply applies their
+    sum (docs/cluster.md, examples/custom_loop.py --sync). A table's sums are then kept
+    per key (so clipvalue and clipnorm act on each key's sum, as for a stock Embedding's
+    dense accumulator), where a process of its own keeps each micro-batch's slices.
+
     Args:
       variables: the variables whose gradients `add` takes, in that order (table proxies
         of DynamicEmbedding layers included).
+      shared_by_workers: one sum for every worker's adds (see above).
     """
 
-    def __init__(self, variables):
+    def __init__(self, variables, shared_by_workers=False):
+        if not isinstance(shared_by_workers, bool):
+            raise ValueError(f"GradientAccumulator: shared_by_workers must be True or False, got "
+                             f"{shared_by_workers!r}")
         workers = len(task_devices("worker"))
-        if workers > 1:
+        if workers > 1 and not shared_by_workers:
             raise ValueError(
                 f"GradientAccumulator: under a ParameterServerStrategy of {workers} workers its sums "
                 "would live on the parameter servers and take every worker's micro-batches, and "
                 "one worker's apply would apply and clear another's; accumulate in one process "
-                "or with one worker")
+                "or with one worker, or, to train synchronously (every worker's gradients of a "
+                "step summed and applied once), pass shared_by_workers=True")
         self.variables = list(variables)
+        self.shared_by_workers = shared_by_workers
         self._sums = []
         with tf.init_scope():
             # Micro-batches added since the last apply: an apply of none would still be an
@@ -92,10 +151,8 @@ class GradientAccumulator:
             for variable in self.variables:
                 if optimizer_bridge.owner_of(variable) is not None:
                     dim = int(variable.shape[-1])
-                    self._sums.append((
-                        tf.Variable(tf.zeros([0], tf.int64), shape=tf.TensorShape([None]), trainable=False),
-                        tf.Variable(tf.zeros([0, dim], variable.dtype), shape=tf.TensorShape([None, dim]),
-                                    trainable=False)))
+                    self._sums.append(_SummedSlices(dim) if shared_by_workers
+                                      else _AppendedSlices(dim, variable.dtype))
                 else:
                     self._sums.append(tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False))
 
@@ -110,13 +167,11 @@ class GradientAccumulator:
         for gradient, variable, total in zip(gradients, self.variables, self._sums):
             if gradient is None:
                 continue
-            if isinstance(total, tuple):
+            if not isinstance(total, tf.Variable):
                 if not isinstance(gradient, tf.IndexedSlices):
                     raise TypeError(f"GradientAccumulator.add: the gradient of table proxy {variable.name} "
                                     f"must be the IndexedSlices the tape gives, got {type(gradient).__name__}")
-                keys, rows = total
-                updates.append(keys.assign(tf.concat([keys, tf.cast(gradient.indices, tf.int64)], 0)))
-                updates.append(rows.assign(tf.concat([rows, tf.cast(gradient.values, rows.dtype)], 0)))
+                updates.append(total.add(gradient))
             elif isinstance(gradient, tf.IndexedSlices):
                 updates.append(total.scatter_add(gradient))
             else:
@@ -129,12 +184,11 @@ class GradientAccumulator:
         """The sums so far, in the order of `variables` (IndexedSlices for table proxies)."""
         out = []
         for variable, total in zip(self.variables, self._sums):
-            if isinstance(total, tuple):
-                keys, rows = total
-                out.append(tf.IndexedSlices(tf.identity(rows), tf.identity(keys),
-                                            tf.constant(variable.shape.as_list(), tf.int64)))
-            else:
+            if isinstance(total, tf.Variable):
                 out.append(tf.identity(total))
+            else:
+                rows, keys = total.read()
+                out.append(tf.IndexedSlices(rows, keys, tf.constant(variable.shape.as_list(), tf.int64)))
         return out
 
     def apply_to(self, optimizer):
@@ -152,9 +206,6 @@ class GradientAccumulator:
     def reset(self):
         resets = [self._added.assign(0)]
         for total in self._sums:
-            if isinstance(total, tuple):
-                resets += [total[0].assign(tf.zeros([0], tf.int64)),
-                           total[1].assign(tf.zeros([0, total[1].shape[1]], total[1].dtype))]
-            else:
-                resets.append(total.assign(tf.zeros_like(total)))
+            resets.append(total.assign(tf.zeros_like(total)) if isinstance(total, tf.Variable)
+                          else total.reset())
         return tf.group(resets)
