@@ -280,22 +280,34 @@ def main():
 
 
 def evaluate_checkpoints(model, args, eval_files):
-    """Sidecar evaluation: every line of the eval file, once, by each new checkpoint of the
-    chief, up to the last epoch's, which ends it (tfps-launch waits for that one)."""
+    """Sidecar evaluation: every line of the eval file, once, by each checkpoint of the
+    chief in epoch order, up to the last epoch's, which ends it (tfps-launch waits for that
+    one). A checkpoint the chief deleted before its turn (it keeps its last two) is named
+    and skipped."""
     data = tfps.data.criteo_dataset(eval_files, args.batch_size)
     steps = -(-sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
-    last = f"weights-{args.epochs:02d}"
-    for path in tf.train.checkpoints_iterator(args.checkpoint_dir, timeout=args.evaluator_timeout):
-        try:
-            model.load_weights(path)
-        except tf.errors.NotFoundError as e:  # the chief keeps its last two
-            print(f"evaluator: {path} was deleted before it could be read ({e.message.splitlines()[0]}); "
-                  "evaluating the next one", flush=True)
-            continue
-        results = model.evaluate(data, steps=steps, return_dict=True, verbose=0)
-        print(f"evaluator: {os.path.basename(path)}: loss {results['loss']:.6f}  auc {results['auc']:.6f}",
-              flush=True)
-        if os.path.basename(path) == last:
+    evaluated = 0  # the last epoch evaluated
+    # The iterator wakes when a checkpoint is written; every one listed since is evaluated.
+    for _ in tf.train.checkpoints_iterator(args.checkpoint_dir, timeout=args.evaluator_timeout):
+        state = tf.train.get_checkpoint_state(args.checkpoint_dir)
+        listed = {int(re.search(r"weights-(\d+)$", path).group(1)): path
+                  for path in state.all_model_checkpoint_paths}
+        for epoch in range(evaluated + 1, max(listed, default=0) + 1):
+            path = listed.get(epoch)
+            try:
+                if path is None:
+                    raise tf.errors.NotFoundError(None, None, "no longer listed")
+                model.load_weights(path).expect_partial()  # the optimizer's state is not needed
+            except tf.errors.NotFoundError as e:
+                print(f"evaluator: weights-{epoch:02d} was deleted before it could be evaluated "
+                      f"({e.message.splitlines()[0]}); the chief keeps its last two", flush=True)
+                evaluated = epoch
+                continue
+            results = model.evaluate(data, steps=steps, return_dict=True, verbose=0)
+            print(f"evaluator: {os.path.basename(path)}: loss {results['loss']:.6f}  "
+                  f"auc {results['auc']:.6f}", flush=True)
+            evaluated = epoch
+        if evaluated >= args.epochs:
             return
 
 

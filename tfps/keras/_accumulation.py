@@ -120,8 +120,9 @@ class GradientAccumulator:
     sum of every worker's adds, for synchronous training: each step, every worker adds
     its gradients, and once all have (ClusterCoordinator.join), one apply applies their
     sum (docs/cluster.md, examples/custom_loop.py --sync). A table's sums are then kept
-    per key (so clipvalue and clipnorm act on each key's sum, as for a stock Embedding's
-    dense accumulator), where a process of its own keeps each micro-batch's slices.
+    per key, so the optimizer's clipping sees each key's summed row (clipvalue clips the
+    sums, clipnorm's norm is taken over them), as for a stock Embedding's dense
+    accumulator; by default each micro-batch's slices are kept and clipped as they are.
 
     Args:
       variables: the variables whose gradients `add` takes, in that order (table proxies
