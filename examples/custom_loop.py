@@ -98,7 +98,7 @@ def main():
             accumulator = tfps.GradientAccumulator(model.trainable_variables, shared_by_workers=True)
     kernel_start = head.kernel.numpy().ravel().tolist()
     if args.sync:
-        train_synchronously(args, strategy, model, optimizer, accumulator, num_workers)
+        train_synchronously(args, strategy, clustered, model, optimizer, accumulator, num_workers)
         report(args, embedding, head, kernel_start, global_batch=args.batch_size * num_workers)
         return
     # A per-example loss, averaged over the global batch: in a custom loop under a
@@ -136,7 +136,7 @@ def main():
     report(args, embedding, head, kernel_start, global_batch=args.batch_size)
 
 
-def train_synchronously(args, strategy, model, optimizer, accumulator, num_workers):
+def train_synchronously(args, strategy, clustered, model, optimizer, accumulator, num_workers):
     """Step s: worker batch i of num_workers holds examples (s * num_workers + i) *
     batch_size on; the loss is averaged over all of them, the global batch."""
     global_batch = args.batch_size * num_workers
@@ -156,9 +156,9 @@ def train_synchronously(args, strategy, model, optimizer, accumulator, num_worke
 
     @tf.function
     def apply_sum():
-        strategy.run(lambda: accumulator.apply_to(optimizer))
+        accumulator.apply_to(optimizer)
 
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+    if clustered:
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         run, wait = coordinator.schedule, coordinator.join
     else:
@@ -167,8 +167,9 @@ def train_synchronously(args, strategy, model, optimizer, accumulator, num_worke
         losses = [run(add_gradients, args=(tf.constant((step * num_workers + i) * args.batch_size, tf.int64),))
                   for i in range(num_workers)]
         wait()  # every worker's gradient of this step is in the sum
-        run(apply_sum)
-        wait()  # the next step's gradients start from the applied sum
+        # The chief applies it: a function scheduled on a worker that failed would run again
+        # elsewhere, and an apply must run once.
+        apply_sum()
         if (step + 1) % 50 == 0:
             loss = sum(float(l.fetch() if hasattr(l, "fetch") else l) for l in losses)
             print(f"step {step + 1}: loss {loss:.4f}", flush=True)

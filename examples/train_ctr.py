@@ -82,6 +82,12 @@ class Throughput(keras.callbacks.Callback):
 LAUNCH_FILE = "launch_id"  # beside the epoch checkpoints: the launch that wrote the latest
 
 
+def epoch_of(path):
+    """The epoch an EpochCheckpoint path holds (weights-EE), or None for any other path."""
+    written = re.fullmatch(r"weights-(\d+)", os.path.basename(path or ""))
+    return None if written is None else int(written.group(1))
+
+
 def written_by_this_launch(directory):
     """Whether the latest epoch checkpoint in `directory` is this tfps-launch launch's (its
     TFPS_LAUNCH_ID), not an earlier run's that was given the same directory."""
@@ -116,15 +122,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
         path = self.writer.write(os.path.join(self.directory, f"weights-{epoch + 1:02d}"))
         # An epoch that ends again after a restart rewrites its checkpoint: listed once.
         self.written = [p for p in self.written if p != path] + [path]
-        for old in self.written[:-self.keep]:
-            tfps.checkpoint.delete(old)
-        self.written = self.written[-self.keep:]
+        dropped, self.written = self.written[:-self.keep], self.written[-self.keep:]
         # What CheckpointManager writes (its public twin is deprecated).
         checkpoint_management.update_checkpoint_state_internal(
             self.directory, path, all_model_checkpoint_paths=self.written, save_relative_paths=True)
         # After the state: a launch never claims another run's latest checkpoint.
         with tf.io.gfile.GFile(os.path.join(self.directory, LAUNCH_FILE), "w") as f:
             f.write(os.environ.get("TFPS_LAUNCH_ID", ""))
+        for old in dropped:  # no longer listed, so an evaluator no longer takes them up
+            tfps.checkpoint.delete(old)
 
 
 def resume_from_epoch_checkpoint(model, checkpoint_dir, backup_dir):
@@ -139,11 +145,10 @@ def resume_from_epoch_checkpoint(model, checkpoint_dir, backup_dir):
     if backup_dir and tfps.callbacks.IncrementalBackup.resume_point(backup_dir) is not None:
         return 0  # the backup is newer than any epoch checkpoint: fit resumes from it
     path = tf.train.latest_checkpoint(checkpoint_dir)
-    written = re.fullmatch(r"weights-(\d+)", os.path.basename(path or ""))
-    if written is None:  # none, or not EpochCheckpoint's
+    epochs = epoch_of(path)
+    if epochs is None:  # none, or not EpochCheckpoint's
         return 0
     model.load_weights(path)
-    epochs = int(written.group(1))
     print(f"restarted cluster, no backup to resume: resumed from the epoch checkpoint {path} "
           f"({epochs} epoch(s) trained)", flush=True)
     return epochs
@@ -203,18 +208,18 @@ def main():
         args.backup_dir = os.path.join(out_dir, "backup")
 
     strategy = tfps.distribute.strategy_from_tf_config()  # ps/worker tasks serve here
-    files = sorted(glob.glob(os.path.join(args.data_dir, "*.tsv")))
-    if not files:
-        print(f"generating {args.num_files} x {args.rows_per_file} rows in {args.data_dir}", flush=True)
-        files = tfps.data.write_criteo(args.data_dir, args.num_files, args.rows_per_file, seed=0)
-    train_files, eval_files = files[:-1] or files, files[-1:]
-    rows = sum(1 for f in train_files for _ in open(f))
-    steps = args.steps_per_epoch or max(1, rows // args.batch_size)
     model = build_model(strategy, args.dim, args.learning_rate, args.worker_cache_rows,
                         args.max_staleness_steps)
     config = tfps.distribute.tf_config()
     if config and config["task"]["type"] == "evaluator":
-        return evaluate_checkpoints(model, args, eval_files)
+        return evaluate_checkpoints(model, args)  # reads the data the chief wrote
+    files = sorted(glob.glob(os.path.join(args.data_dir, "*.tsv")))
+    if not files:
+        print(f"generating {args.num_files} x {args.rows_per_file} rows in {args.data_dir}", flush=True)
+        files = tfps.data.write_criteo(args.data_dir, args.num_files, args.rows_per_file, seed=0)
+    train_files, eval_files = split_files(files)
+    rows = sum(1 for f in train_files for _ in open(f))
+    steps = args.steps_per_epoch or max(1, rows // args.batch_size)
     checkpoint_dir = args.checkpoint_dir
     callbacks = [Throughput(steps * args.batch_size), EpochCheckpoint(checkpoint_dir)]
     if args.tensorboard_dir:
@@ -279,36 +284,76 @@ def main():
         os._exit(0)  # the ps and worker tasks are stopped by the launcher
 
 
-def evaluate_checkpoints(model, args, eval_files):
-    """Sidecar evaluation: every line of the eval file, once, by each checkpoint of the
-    chief in epoch order, up to the last epoch's, which ends it (tfps-launch waits for that
-    one). A checkpoint the chief deleted before its turn (it keeps its last two) is named
-    and skipped."""
-    data = tfps.data.criteo_dataset(eval_files, args.batch_size)
-    steps = -(-sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
-    evaluated = 0  # the last epoch evaluated
-    # The iterator wakes when a checkpoint is written; every one listed since is evaluated.
-    for _ in tf.train.checkpoints_iterator(args.checkpoint_dir, timeout=args.evaluator_timeout):
+PROGRESS_FILE = "evaluated"  # beside the epoch checkpoints: "<launch id> <last epoch evaluated>"
+
+
+def split_files(files):
+    """(training files, the evaluation file): the last file is held out."""
+    return files[:-1] or files, files[-1:]
+
+
+def evaluate_checkpoints(model, args):
+    """Sidecar evaluation: every line of the eval file, once, by each of this launch's
+    checkpoints in epoch order, up to the last epoch's, which ends it (tfps-launch waits for
+    that one). One the chief deleted before its turn (it keeps its last two) is named and
+    skipped. The last epoch evaluated is kept beside the checkpoints, so an evaluator of a
+    restarted cluster goes on from there."""
+    launch = os.environ.get("TFPS_LAUNCH_ID", "")
+    progress = os.path.join(args.checkpoint_dir, PROGRESS_FILE)
+    evaluated = 0
+    if launch and tf.io.gfile.exists(progress):
+        with tf.io.gfile.GFile(progress) as f:
+            written_by, epoch = (f.read().split() + ["", "0"])[:2]
+        evaluated = int(epoch) if written_by == launch else 0
+    idle_since, data, steps = time.monotonic(), None, None
+
+    def evaluate_listed():
+        """Evaluates this launch's checkpoints listed past `evaluated`; whether to stop."""
+        nonlocal evaluated, data, steps
         state = tf.train.get_checkpoint_state(args.checkpoint_dir)
-        listed = {int(re.search(r"weights-(\d+)$", path).group(1)): path
-                  for path in state.all_model_checkpoint_paths}
-        for epoch in range(evaluated + 1, max(listed, default=0) + 1):
-            path = listed.get(epoch)
-            try:
-                if path is None:
-                    raise tf.errors.NotFoundError(None, None, "no longer listed")
-                model.load_weights(path).expect_partial()  # the optimizer's state is not needed
-            except tf.errors.NotFoundError as e:
-                print(f"evaluator: weights-{epoch:02d} was deleted before it could be evaluated "
-                      f"({e.message.splitlines()[0]}); the chief keeps its last two", flush=True)
+        # Without tfps-launch's launch id (tasks started by hand) every run's count.
+        if state is not None and (not launch or written_by_this_launch(args.checkpoint_dir)):
+            listed = {epoch_of(path): path for path in state.all_model_checkpoint_paths}
+            if data is None:  # the chief wrote any data it generated before its checkpoint
+                _, eval_files = split_files(sorted(glob.glob(os.path.join(args.data_dir, "*.tsv"))))
+                data = tfps.data.criteo_dataset(eval_files, args.batch_size)
+                steps = -(-sum(1 for f in eval_files for _ in open(f)) // args.batch_size)
+            for epoch in range(evaluated + 1, max((e for e in listed if e), default=0) + 1):
+                results = _evaluated(model, listed.get(epoch), args.checkpoint_dir, data, steps)
+                print(f"evaluator: weights-{epoch:02d}: " + (
+                    f"loss {results['loss']:.6f}  auc {results['auc']:.6f}" if results else
+                    "deleted before it could be evaluated (the chief keeps its last two)"), flush=True)
                 evaluated = epoch
-                continue
-            results = model.evaluate(data, steps=steps, return_dict=True, verbose=0)
-            print(f"evaluator: {os.path.basename(path)}: loss {results['loss']:.6f}  "
-                  f"auc {results['auc']:.6f}", flush=True)
-            evaluated = epoch
+                with tf.io.gfile.GFile(progress, "w") as f:
+                    f.write(f"{launch} {evaluated}")
         if evaluated >= args.epochs:
+            return True
+        if time.monotonic() - idle_since > args.evaluator_timeout:
+            print(f"evaluator: no new checkpoint for {args.evaluator_timeout:g} s; stopping", flush=True)
+            return True
+        return False
+
+    # Wakes at a new checkpoint, and every 5 s without one: the chief names its launch
+    # just after its checkpoint, and another run's checkpoints in the directory are not ours.
+    for _ in tf.train.checkpoints_iterator(args.checkpoint_dir, timeout=5, timeout_fn=evaluate_listed):
+        idle_since = time.monotonic()
+        if evaluate_listed():
             return
+
+
+def _evaluated(model, path, checkpoint_dir, data, steps):
+    """The evaluation of the checkpoint `path`, or None if it is gone (deleted, or no longer
+    listed, as the chief deletes it: a load that fails part way through it)."""
+    if path is None:
+        return None
+    try:
+        model.load_weights(path).expect_partial()  # the optimizer's state is not needed
+    except tf.errors.OpError:
+        state = tf.train.get_checkpoint_state(checkpoint_dir)
+        if state is not None and path in state.all_model_checkpoint_paths:
+            raise
+        return None
+    return model.evaluate(data, steps=steps, return_dict=True, verbose=0)
 
 
 if __name__ == "__main__":

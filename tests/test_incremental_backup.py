@@ -353,6 +353,9 @@ def test_each_backup_is_on_disk_before_the_chain_names_it_and_before_the_old_cha
         assert not [path for path in named if os.path.realpath(path) not in before]
         assert os.path.realpath(events[commit][1]) in before  # the new chain file's bytes
         assert events[commit + 1] == ("sync", chief)  # and its name, right after the rename
+        # backup_dir/chief was made for the backups: its entry, and backup_dir's, too.
+        assert events[commit + 2] == ("sync", os.path.dirname(chief))
+        assert events[commit + 3] == ("sync", os.path.dirname(os.path.dirname(chief)))
     # full_every=2: the chain [ckpt-1, ckpt-2] is deleted once ckpt-3 (whole) is committed.
     removed = [k for k, e in enumerate(events) if e[0] == "remove" and "/ckpt-1" in e[1]]
     assert removed and min(removed) > commits[2]

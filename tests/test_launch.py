@@ -231,3 +231,22 @@ def test_an_evaluator_that_fails_is_reported_and_training_ends_as_the_chief_does
     assert ("evaluator_0 exited with code 1 (the end of evaluator_0.log: RuntimeError: no checkpoint "
             "directory)") in said
     assert "restart" not in said and "waiting up to" not in said
+
+
+def test_ctrl_c_while_the_launcher_waits_for_the_evaluator_stops_everything_as_interrupted(tmp_path):
+    os.mkfifo(tmp_path / "meet")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "1", "--evaluator",
+         "--log_dir", str(tmp_path / "logs"), EVALUATING, "--meet", str(tmp_path / "meet"),
+         "--evaluated_file", str(tmp_path / "evaluated"), "--evaluation_seconds", "600"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT))
+    for line in proc.stderr:  # the launcher's notes
+        if "waiting up to 600 s for evaluator_0" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.communicate(timeout=60)
+    said = (tmp_path / "logs" / "launcher.log").read_text()
+    assert proc.returncode == 130, said
+    assert "interrupted; stopping every task" in said and "did not finish" not in said
+    assert not (tmp_path / "evaluated").exists()

@@ -279,6 +279,56 @@ def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(
     assert max(layer.table.clocks().numpy()) == len(x) // (3 * BATCH)  # one table update per apply
 
 
+def test_a_shared_accumulator_keeps_every_add_of_threads_adding_at_once():
+    """shared_by_workers=True: workers add at once. Four threads stand for them here, each
+    adding the same gradients 100 times: a table's (into its per-key sums) and a stock
+    variable's slices (a gather's gradient, added densely under the variable's lock,
+    where scatter_add would let two adds of one row overwrite each other)."""
+    import threading
+    ours, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    gathered = tf.Variable(tf.zeros([2, 1 << 17]))
+    variables = ours.trainable_variables + [gathered]
+    x, y = batches(steps=1)
+
+    def gradients():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(ours(x, training=True)[:, 0] - y)) + tf.reduce_sum(
+                tf.gather(gathered, [0]))
+        return tape.gradient(loss, variables)
+
+    once = tfps.GradientAccumulator(variables)
+    once.add(gradients())
+    expected = once.gradients()
+    shared = tfps.GradientAccumulator(variables, shared_by_workers=True)
+
+    @tf.function
+    def add_100():
+        for _ in tf.range(100):
+            shared.add(gradients())
+
+    add_100.get_concrete_function()
+    threads = [threading.Thread(target=add_100) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    got = shared.gradients()
+    for index, (variable, want, have) in enumerate(zip(variables, expected, got)):
+        if variable is layer.table_proxy:
+            keys, rows = have.indices.numpy(), have.values.numpy()
+            sums = {}
+            for key, row in zip(want.indices.numpy(), want.values.numpy()):
+                sums[int(key)] = sums.get(int(key), 0) + row.astype(np.float64)
+            assert sorted(keys.tolist()) == sorted(sums)
+            for key, row in zip(keys, rows):
+                np.testing.assert_allclose(row, 400 * sums[int(key)], rtol=1e-4, atol=1e-4)  # a lost add: 2.5e-3
+        else:
+            np.testing.assert_allclose(tf.convert_to_tensor(have).numpy(),
+                                       400 * tf.convert_to_tensor(want).numpy(), rtol=1e-4, atol=1e-4,
+                                       err_msg=variable.name)
+    assert tf.convert_to_tensor(got[-1]).numpy()[0].min() == 400.0  # each of 131,072 elements
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_an_apply_with_nothing_accumulated_is_refused_and_steps_nothing(compiled):
     ours, layer = tfps_model(tfps.optimizers.SGD(0.01))

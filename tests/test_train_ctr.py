@@ -87,7 +87,7 @@ def test_a_sidecar_evaluator_evaluates_the_checkpoints_up_to_the_last_epochs(tmp
                "--checkpoint_dir", str(tmp_path / "ckpt"), *ARGS, "--epochs", "3"], tmp_path)
     said = (logs / "evaluator_0.log").read_text()
     evaluated = re.findall(r"evaluator: (weights-\d\d): loss ([\d.]+)  auc ([\d.]+)", said)
-    skipped = re.findall(r"evaluator: (weights-\d\d) was deleted before it could be evaluated", said)
+    skipped = re.findall(r"evaluator: (weights-\d\d): deleted before it could be evaluated", said)
     # Every epoch's checkpoint in order, each evaluated or named as deleted first.
     assert sorted([name for name, _, _ in evaluated] + skipped) == ["weights-01", "weights-02", "weights-03"]
     assert evaluated[-1][0] == "weights-03", said[-3000:]
@@ -111,6 +111,20 @@ def test_a_sidecar_evaluator_evaluates_the_checkpoints_up_to_the_last_epochs(tmp
     assert abs(float(loss) - np.mean(-(labels * np.log(p) + (1 - labels) * np.log(1 - p)))) < 1e-4
     chief_auc = float(re.search(r"eval over 3,000 examples: loss [\d.]+  auc ([\d.]+)", out).group(1))
     assert abs(chief_auc - float(auc)) <= 5e-5 + 1e-6  # printed to 4 places
+
+    # A second launch in the same directory, training another model for 2 epochs: its
+    # evaluator waits for its own chief's checkpoints instead of taking the first's.
+    logs = tmp_path / "logs2"
+    out = run([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "1", "--evaluator",
+               "--log_dir", str(logs), EXAMPLE, "--data_dir", str(tmp_path / "data"),
+               "--checkpoint_dir", str(tmp_path / "ckpt"), *ARGS, "--learning_rate", "0.05"], tmp_path)
+    said = (logs / "evaluator_0.log").read_text()
+    assert "weights-03" not in said, said[-3000:]
+    evaluated = re.findall(r"evaluator: weights-(\d\d): loss [\d.]+  auc ([\d.]+)", said)
+    assert evaluated[-1][0] == "02", said[-3000:]
+    chief_auc = float(re.search(r"eval over 3,000 examples: loss [\d.]+  auc ([\d.]+)", out).group(1))
+    assert abs(chief_auc - float(evaluated[-1][1])) <= 5e-5 + 1e-6
+    assert abs(chief_auc - float(auc)) > 1e-3  # another model than the first launch's
 
 
 def test_epoch_checkpoints_resume_only_their_own_launch_and_survive_an_epoch_ended_again(tmp_path, monkeypatch):

@@ -4,11 +4,13 @@ A rename makes a file appear whole to other processes, but after a power loss or
 crash the renamed file may hold nothing, and TensorFlow's file objects only flush to the
 operating system. So where tfps commits to a file (a backup chain that names its
 checkpoints, then deletes the ones it no longer needs; an export renamed into place), it
-first syncs the file's bytes to the disk, then the directory's entry for its name.
+first syncs the file's bytes to the disk, then the directory entries that lead to its
+name.
 
-Only local paths are synced (a plain path or file://): an object store (gs://, s3://)
-keeps an object once its upload completes, and a network file system a client has
-closed. Each parameter server closes its own table files before the chief syncs them.
+Only paths of the local file system are synced (a plain path or file://; a network file
+system mounted there is synced through its client). An object store (gs://, s3://) keeps
+an object once its upload completes. Each parameter server closes its own table files
+before the chief syncs them.
 """
 
 import os
@@ -20,6 +22,7 @@ _LOCAL_SCHEME = "file://"
 
 def _local_path(path):
     """The local file system's path of `path`, or None when it lives elsewhere."""
+    path = os.fspath(path)
     if path.startswith(_LOCAL_SCHEME):
         return path[len(_LOCAL_SCHEME):]
     return None if "://" in path else path
@@ -32,6 +35,18 @@ def _sync(path):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _sync_directory_chain(directory):
+    """`directory` and every directory above it: a directory made since the last sync is an
+    entry of its parent, which needs syncing as much as the file's own entry does."""
+    directory = os.path.abspath(directory)
+    while True:
+        _sync(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return
+        directory = parent
 
 
 def sync_files(paths):
@@ -47,27 +62,24 @@ def sync_files(paths):
         _sync(directory)
 
 
-def sync_tree(root):
-    """Syncs every file and directory under `root` (an export directory), and `root`'s
-    own entry in its parent."""
-    local = _local_path(root)
-    if local is None:
-        return
-    for directory, _, files in os.walk(local):
-        sync_files([os.path.join(directory, name) for name in files])
+def _sync_tree(root):
+    """Every file and directory under `root`, each directory after its files."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            _sync(os.path.join(directory, name))
         _sync(directory)
-    _sync(os.path.dirname(os.path.abspath(local)))
 
 
 def replace(temporary, path):
     """Renames `temporary` (a file, or a directory and everything in it) to `path`,
     replacing a file there, with the bytes and the new name on disk before it returns."""
     local = _local_path(temporary)
-    if local is not None and os.path.isdir(local):
-        sync_tree(temporary)
-    else:
-        sync_files([temporary])
+    if local is not None:
+        if os.path.isdir(local):
+            _sync_tree(local)
+        else:
+            _sync(local)
     tf.io.gfile.rename(temporary, path, overwrite=True)
     local = _local_path(path)
     if local is not None:
-        _sync(os.path.dirname(os.path.abspath(local)))
+        _sync_directory_chain(os.path.dirname(os.path.abspath(local)))

@@ -12,8 +12,9 @@ chief killed by a signal, restarts the whole cluster (--max_restarts times), and
 program resumes from its latest backup. A task that stops answering (a hung or stopped
 process: its server leaves a status call unanswered, or its process is stopped) for
 --hang_timeout seconds (default 30) is killed and then treated as a task that died. Every
-restart is logged. An evaluator that fails is reported, not restarted; after the chief
-ends, the evaluator has --evaluator_wait seconds to finish before it is stopped.
+restart is logged. An evaluator that fails is reported, not restarted (a restart of the
+whole cluster starts it again); after the chief ends, the evaluator has --evaluator_wait
+seconds to finish before it is stopped.
 """
 
 import argparse
@@ -281,24 +282,28 @@ def _lost_with_chief(code, others):
     return None
 
 
-def _await_evaluator(others, returned, seconds, stopping, note):
+def _awaited_evaluator(others, returned, seconds, stopping, note):
     """After the chief's success: the evaluator's evaluation of the last checkpoint, which
-    the chief wrote just before it ended, is what a sidecar evaluation is run for."""
+    the chief wrote just before it ended, is what a sidecar evaluation is run for. False
+    when a Ctrl-C or SIGTERM came first."""
     evaluator = next((t for t in others if t.task_type == "evaluator" and t not in returned), None)
     if evaluator is None:
-        return
+        return True
     if evaluator.poll() is None:
         note(f"the chief ended; waiting up to {seconds:g} s for {evaluator.name} to finish "
              f"(--evaluator_wait)")
         deadline = time.monotonic() + seconds
         while evaluator.poll() is None and time.monotonic() < deadline and not stopping.is_set():
             stopping.wait(0.2)
+        if stopping.is_set():
+            return False
         if evaluator.poll() is None:
             note(f"{evaluator.name} did not finish within --evaluator_wait {seconds:g} s; stopping it")
-            return
+            return True
     code = evaluator.poll()
     if code:
         note(f"{evaluator.name} exited with code {code}{_log_end(evaluator, code)}")
+    return True
 
 
 def _log_end(task, code):
@@ -365,8 +370,8 @@ def _run_cluster(cluster, command, log_dir, evaluator_wait, out, max_worker_rest
                 lost = _lost_with_chief(code, others)
                 if lost is not None:
                     chief.hold_output_after(time.monotonic() - LOSS_MARGIN_SECONDS)
-                elif code == 0:
-                    _await_evaluator(others, returned, evaluator_wait, stopping, note)
+                elif code == 0 and not _awaited_evaluator(others, returned, evaluator_wait, stopping, note):
+                    break  # interrupted while waiting
                 return code, lost
             workers = [task for task in others if task.task_type == "worker"]
             for task in workers:

@@ -51,16 +51,31 @@ def write_criteo(directory, num_files=2, rows_per_file=10000, seed=0, vocabulary
         empty_int = rng.random((n, NUM_DENSE)) < 0.05
         empty_cat = rng.random((n, NUM_CATEGORICAL)) < 0.03
         path = os.path.join(directory, f"part-{f:05d}.tsv")
-        with open(path, "w") as out:
+        with _written_whole(path) as out:
             for i in range(n):
                 dense = ["" if empty_int[i, j] else str(ints[i, j]) for j in range(NUM_DENSE)]
                 cats = ["" if empty_cat[i, j] else f"{ids[i, j]:08x}" for j in range(NUM_CATEGORICAL)]
                 out.write("\t".join([str(labels[i])] + dense + cats) + "\n")
         paths.append(path)
         best[os.path.basename(path)] = _roc_auc(labels, probability)
-    with open(os.path.join(directory, BEST_AUC_FILE), "w") as out:
+    with _written_whole(os.path.join(directory, BEST_AUC_FILE)) as out:
         json.dump(best, out, indent=1)
     return paths
+
+
+@contextlib.contextmanager
+def _written_whole(path):
+    """A file written under a name of this process's own and renamed to `path` when whole:
+    a reader never sees part of it, and processes that generate the same data at once
+    (every task of a cluster, say) do not write into each other's file."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w") as out:
+            yield out
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 BEST_AUC_FILE = "best_auc.json"

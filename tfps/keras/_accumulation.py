@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
+from tfps import _arguments as arguments
 from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.table import optimizers
 from tfps.table.sharded_table import ShardedTable, task_devices
@@ -103,6 +104,9 @@ class _SummedSlices:
         return self._sums.clear()
 
 
+_TABLE_SUMS = (_AppendedSlices, _SummedSlices)
+
+
 class GradientAccumulator:
     """Sums gradients of `variables` over calls to `add`, applied by `apply_to`.
 
@@ -119,7 +123,9 @@ class GradientAccumulator:
     Under a ParameterServerStrategy of several workers, `shared_by_workers=True` makes one
     sum of every worker's adds, for synchronous training: each step, every worker adds
     its gradients, and once all have (ClusterCoordinator.join), one apply applies their
-    sum (docs/cluster.md, examples/custom_loop.py --sync). A table's sums are then kept
+    sum (docs/cluster.md, examples/custom_loop.py --sync). Every add is then atomic: a
+    variable's slices (a stock Embedding's gradient) are added densely, under the
+    variable's lock, which costs a dense add of its whole shape. A table's sums are kept
     per key, so the optimizer's clipping sees each key's summed row (clipvalue clips the
     sums, clipnorm's norm is taken over them), as for a stock Embedding's dense
     accumulator; by default each micro-batch's slices are kept and clipped as they are.
@@ -131,9 +137,7 @@ class GradientAccumulator:
     """
 
     def __init__(self, variables, shared_by_workers=False):
-        if not isinstance(shared_by_workers, bool):
-            raise ValueError(f"GradientAccumulator: shared_by_workers must be True or False, got "
-                             f"{shared_by_workers!r}")
+        shared_by_workers = arguments.boolean(shared_by_workers, "shared_by_workers", "GradientAccumulator")
         workers = len(task_devices("worker"))
         if workers > 1 and not shared_by_workers:
             raise ValueError(
@@ -168,15 +172,17 @@ class GradientAccumulator:
         for gradient, variable, total in zip(gradients, self.variables, self._sums):
             if gradient is None:
                 continue
-            if not isinstance(total, tf.Variable):
+            if isinstance(total, _TABLE_SUMS):
                 if not isinstance(gradient, tf.IndexedSlices):
                     raise TypeError(f"GradientAccumulator.add: the gradient of table proxy {variable.name} "
                                     f"must be the IndexedSlices the tape gives, got {type(gradient).__name__}")
                 updates.append(total.add(gradient))
-            elif isinstance(gradient, tf.IndexedSlices):
+            elif isinstance(gradient, tf.IndexedSlices) and not self.shared_by_workers:
                 updates.append(total.scatter_add(gradient))
             else:
-                updates.append(total.assign_add(tf.cast(gradient, total.dtype)))
+                # assign_add holds the variable's lock alone, where scatter_add shares it:
+                # workers' adds of slices to one row at once would lose one of them.
+                updates.append(total.assign_add(tf.cast(tf.convert_to_tensor(gradient), total.dtype)))
         if updates:  # a micro-batch whose loss reached no variable adds nothing to apply
             updates.append(self._added.assign_add(1))
         return tf.group(updates)
@@ -185,11 +191,11 @@ class GradientAccumulator:
         """The sums so far, in the order of `variables` (IndexedSlices for table proxies)."""
         out = []
         for variable, total in zip(self.variables, self._sums):
-            if isinstance(total, tf.Variable):
-                out.append(tf.identity(total))
-            else:
+            if isinstance(total, _TABLE_SUMS):
                 rows, keys = total.read()
                 out.append(tf.IndexedSlices(rows, keys, tf.constant(variable.shape.as_list(), tf.int64)))
+            else:
+                out.append(tf.identity(total))
         return out
 
     def apply_to(self, optimizer):
@@ -207,6 +213,6 @@ class GradientAccumulator:
     def reset(self):
         resets = [self._added.assign(0)]
         for total in self._sums:
-            resets.append(total.assign(tf.zeros_like(total)) if isinstance(total, tf.Variable)
-                          else total.reset())
+            resets.append(total.reset() if isinstance(total, _TABLE_SUMS)
+                          else total.assign(tf.zeros_like(total)))
         return tf.group(resets)

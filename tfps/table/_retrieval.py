@@ -94,7 +94,7 @@ def save_for_retrieval(table_or_layer, directory, changes_only=False, chain=DEFA
     with tf.io.gfile.GFile(os.path.join(directory, MANIFEST + ".tmp"), "w") as f:
         json.dump(manifest, f, indent=1)
     # The shards' files on disk before the manifest that names them.
-    durable.sync_files(tf.io.gfile.glob(os.path.join(directory, "*")))
+    durable.sync_files(tf.io.gfile.glob(os.path.join(directory, "*.npy")))
     durable.replace(os.path.join(directory, MANIFEST + ".tmp"), os.path.join(directory, MANIFEST))
     for shard, device, (_, _, _, stamp, _) in zip(shards, devices, written):
         with tf.device(device):
