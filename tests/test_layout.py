@@ -43,7 +43,7 @@ def test_every_path_before_the_layout_imports_the_module_now_in_its_layer():
 def test_the_package_folder_shows_its_layers():
     entries = {name for name in os.listdir(os.path.join(ROOT, "tfps"))
                if not name.startswith("__pycache__") and not name.endswith(".so")}
-    assert entries == {"__init__.py", "_ops.py", "_arguments.py", "launch.py",
+    assert entries == {"__init__.py", "_ops.py", "_arguments.py", "_durable.py", "launch.py",
                        "table", "keras", "metrics", "cluster", "data"}
     # A layer's modules without a leading underscore are its public ones; helpers are private.
     public = {"table": {"dynamic_table", "sharded_table", "keys", "initializers", "optimizers",
