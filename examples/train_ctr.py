@@ -303,16 +303,19 @@ def evaluate_checkpoints(model, args):
     evaluated = 0
     if launch and tf.io.gfile.exists(progress):
         with tf.io.gfile.GFile(progress) as f:
-            written_by, epoch = (f.read().split() + ["", "0"])[:2]
-        evaluated = int(epoch) if written_by == launch else 0
+            written = f.read().split()
+        evaluated = int(written[1]) if len(written) == 2 and written[0] == launch else 0
     idle_since, data, steps = time.monotonic(), None, None
 
     def evaluate_listed():
         """Evaluates this launch's checkpoints listed past `evaluated`; whether to stop."""
         nonlocal evaluated, data, steps
+        # The launch first: the chief names it after the state, so a state read after it is
+        # that launch's or newer. Without tfps-launch's launch id (tasks started by hand)
+        # every run's count.
+        ours = not launch or written_by_this_launch(args.checkpoint_dir)
         state = tf.train.get_checkpoint_state(args.checkpoint_dir)
-        # Without tfps-launch's launch id (tasks started by hand) every run's count.
-        if state is not None and (not launch or written_by_this_launch(args.checkpoint_dir)):
+        if state is not None and ours:
             listed = {epoch_of(path): path for path in state.all_model_checkpoint_paths}
             if data is None:  # the chief wrote any data it generated before its checkpoint
                 _, eval_files = split_files(sorted(glob.glob(os.path.join(args.data_dir, "*.tsv"))))

@@ -13,6 +13,7 @@ an object once its upload completes. Each parameter server closes its own table 
 before the chief syncs them.
 """
 
+import errno
 import os
 
 import tensorflow as tf
@@ -28,11 +29,25 @@ def _local_path(path):
     return None if "://" in path else path
 
 
+# A file system that cannot sync (EINVAL, ENOTSUP: some FUSE mounts), or a directory this
+# process may enter but not open (EACCES, EPERM: a parent of mode 0711): nothing to sync
+# through, and failing a backup or an export for it would only stop training.
+_CANNOT_SYNC = (errno.EINVAL, errno.ENOTSUP, errno.EACCES, errno.EPERM)
+
+
 def _sync(path):
     # A file or a directory; fsync flushes its pages through any descriptor, read-only too.
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        if e.errno in _CANNOT_SYNC and os.path.isdir(path):
+            return
+        raise
     try:
         os.fsync(fd)
+    except OSError as e:
+        if e.errno not in _CANNOT_SYNC:
+            raise
     finally:
         os.close(fd)
 

@@ -51,31 +51,26 @@ def write_criteo(directory, num_files=2, rows_per_file=10000, seed=0, vocabulary
         empty_int = rng.random((n, NUM_DENSE)) < 0.05
         empty_cat = rng.random((n, NUM_CATEGORICAL)) < 0.03
         path = os.path.join(directory, f"part-{f:05d}.tsv")
-        with _written_whole(path) as out:
+        with open(_temporary(path), "w") as out:
             for i in range(n):
                 dense = ["" if empty_int[i, j] else str(ints[i, j]) for j in range(NUM_DENSE)]
                 cats = ["" if empty_cat[i, j] else f"{ids[i, j]:08x}" for j in range(NUM_CATEGORICAL)]
                 out.write("\t".join([str(labels[i])] + dense + cats) + "\n")
         paths.append(path)
         best[os.path.basename(path)] = _roc_auc(labels, probability)
-    with _written_whole(os.path.join(directory, BEST_AUC_FILE)) as out:
+    best_path = os.path.join(directory, BEST_AUC_FILE)
+    with open(_temporary(best_path), "w") as out:
         json.dump(best, out, indent=1)
+    # Every file is whole before any takes its name, so a reader (or a run stopped part way
+    # and started again) finds all of them or none; processes that generate the same data
+    # at once (every task of a cluster, say) write files of their own.
+    for path in [best_path] + paths:
+        os.replace(_temporary(path), path)
     return paths
 
 
-@contextlib.contextmanager
-def _written_whole(path):
-    """A file written under a name of this process's own and renamed to `path` when whole:
-    a reader never sees part of it, and processes that generate the same data at once
-    (every task of a cluster, say) do not write into each other's file."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w") as out:
-            yield out
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+def _temporary(path):
+    return f"{path}.tmp-{os.getpid()}"
 
 
 BEST_AUC_FILE = "best_auc.json"

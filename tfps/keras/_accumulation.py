@@ -6,7 +6,8 @@ and variable accumulators of the proxy's shape would all densify it, and fail. T
 accumulator here keeps a table's micro-batch gradients as slices (their keys and rows
 appended, which sums them, as the table sums a key's slices when it applies them) and
 every other variable's gradient densely, then applies the sums in one optimizer step:
-exactly what a stock Embedding gets from accumulating and applying its gradients.
+exactly what a stock Embedding gets from accumulating and applying its gradients, short
+of clipping (clipvalue clips each appended slice, clipnorm takes one norm over them all).
 tfps.keras._patches makes the forms that cannot work say so and name this one.
 """
 
@@ -62,9 +63,8 @@ def refusing_table_gradient_add(original_add):
 
 class _AppendedSlices:
     """A table's micro-batch gradients kept as slices, their keys and rows appended (the
-    table sums a key's slices when it applies them): clipping sees each micro-batch's
-    slices as without accumulation. An append is a read and a write, so one process adds
-    at a time."""
+    table sums a key's slices when it applies them). An append is a read and a write, so
+    one process adds at a time."""
 
     def __init__(self, dim, dtype):
         self._keys = tf.Variable(tf.zeros([0], tf.int64), shape=tf.TensorShape([None]), trainable=False)
@@ -128,7 +128,10 @@ class GradientAccumulator:
     variable's lock, which costs a dense add of its whole shape. A table's sums are kept
     per key, so the optimizer's clipping sees each key's summed row (clipvalue clips the
     sums, clipnorm's norm is taken over them), as for a stock Embedding's dense
-    accumulator; by default each micro-batch's slices are kept and clipped as they are.
+    accumulator; by default each micro-batch's slices are kept, so clipvalue clips each
+    slice (clipnorm takes one norm over all of them either way). A non-finite gradient
+    fails a shared add (a table refuses NaN and Inf), where the default's apply leaves
+    it to the optimizer (a loss-scale optimizer skips that step).
 
     Args:
       variables: the variables whose gradients `add` takes, in that order (table proxies
