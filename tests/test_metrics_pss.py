@@ -12,7 +12,7 @@ from tests.cluster_run import run_cluster_program
 
 @pytest.mark.parametrize("layout", ["whole", "partitioned", "exact", "exact_fresh", "validation"])
 def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
-    """whole, partitioned: evaluate with steps=; exact: evaluate with pss_evaluation_shards
+    """whole, partitioned: evaluate with steps= (a dataset without them refused first); exact: evaluate with pss_evaluation_shards
     (each record once) after a fit; exact_fresh: the same freshly compiled; validation:
     fit's validation_data with pss_evaluation_shards."""
     out = run_cluster_program("auc_evaluate.py", layout)
@@ -24,6 +24,12 @@ def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
         # 2 batches over 4 shards leaves shards empty, which fails inside tf.data.
         data = "validation_data" if layout == "validation" else "evaluate's data"
         assert f"{data} has 2 batches, fewer than the 4 shards" in out["few_batches_refusal"]
+    else:  # without steps (it used to end in a raw CancelledError), before any record is read
+        assert "evaluate: under ParameterServerStrategy model" in out["refusal"]
+        assert "steps=None gives none" in out["refusal"] and "pss_evaluation_shards" in out["refusal"]
+        assert "fit's validation_data: " in out["validation_refusal"]
+        assert "validation_steps=None gives none" in out["validation_refusal"]
+        assert out["steps_run_before_refusal"] == 0
     counts = np.array(out["record_counts"])
     # Every evaluated record was counted once in the shared state, whichever worker ran it.
     if layout in ("exact", "exact_fresh", "validation"):

@@ -87,7 +87,7 @@ def main():
                                    tfps.metrics.BinaryLogLoss(), tfps.metrics.CalibrationRatio()],
                           pss_evaluation_shards=4 if exact else 0)
         every_id_once = keras.utils.experimental.DatasetCreator(finite_dataset_fn)
-        refusal = steps_run_before_refusal = few_batches_refusal = None
+        refusal = steps_run_before_refusal = few_batches_refusal = validation_refusal = None
         if exact:  # steps over repeating data: exact evaluation would ignore them and never end
             repeating = keras.utils.experimental.DatasetCreator(dataset_fn)
             try:
@@ -119,6 +119,16 @@ def main():
                           verbose=0)
             results = model.evaluate(every_id_once, return_dict=True, verbose=0)
         else:
+            try:  # a dataset and no steps: read until steps batches, of which there are none
+                model.evaluate(finite_dataset_fn(None).take(2), verbose=0)
+            except ValueError as e:
+                refusal = str(e)
+            try:  # the same as fit's validation, refused before fit's first step
+                model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1, steps_per_epoch=2,
+                          validation_data=finite_dataset_fn(None).take(2), verbose=0)
+            except ValueError as e:
+                validation_refusal = str(e)
+            steps_run_before_refusal = int(model._train_counter.numpy())  # pylint: disable=protected-access
             results = model.evaluate(keras.utils.experimental.DatasetCreator(dataset_fn), steps=STEPS,
                                      return_dict=True, verbose=0)
         record_counts = tf.concat([tf.convert_to_tensor(v) for v in
@@ -131,6 +141,7 @@ def main():
                "steps": -(-NUM_IDS // BATCH) if exact else STEPS, "batch": BATCH,
                "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards,
                "group_auc_buckets": group_buckets, "refusal": refusal, "few_batches_refusal": few_batches_refusal,
+               "validation_refusal": validation_refusal,
                "steps_run_before_refusal": steps_run_before_refusal},
               sys.stdout)
     sys.stdout.flush()

@@ -11,7 +11,9 @@ Exact evaluation also runs one step per shard, each reading its shard to the end
 ignores evaluate's `steps` (fit's `validation_steps`): over a repeating dataset it never
 returns. tfps refuses `steps` there, naming both ways out. A dataset of fewer batches
 than shards leaves a shard empty, which fails inside tf.data with a message about file
-sharding: tfps refuses it first when the dataset's length is known.
+sharding: tfps refuses it first when the dataset's length is known. Without exact
+evaluation, a tf.data.Dataset and no steps is read until no number of batches, which ends
+in a raw CancelledError (finite data) or never (repeating data): refused too.
 """
 
 import functools
@@ -56,6 +58,21 @@ def _refuse_steps(model, name, steps):
             f"{name}, or compile with pss_evaluation_shards=0 to evaluate {name} batches")
 
 
+def _refuse_endless_or_failing(model, name, steps_name, steps, data):
+    """Without exact evaluation a tf.data.Dataset under ParameterServerStrategy is read
+    until `steps` batches: with none given, finite data ends in tf.data's "End of
+    sequence" and a raw CancelledError, and repeating data never ends."""
+    if (steps is None and not getattr(model, "_pss_evaluation_shards", 0)
+            and isinstance(data, tf.data.Dataset)
+            and model.distribute_strategy._should_use_with_coordinator):  # pylint: disable=protected-access
+        raise ValueError(
+            f"{name}: under ParameterServerStrategy model '{model.name}' evaluates a tf.data.Dataset "
+            f"by reading a given number of its batches, and {steps_name}=None gives none (finite "
+            "data would end in tf.data's 'End of sequence', repeating data never); give "
+            f"{steps_name}=N, or compile with pss_evaluation_shards=<number of workers> to evaluate "
+            "every example of finite data once")
+
+
 def _refuse_fewer_batches_than_shards(model, name, data):
     """A shard left without a batch fails inside tf.data with "Could not apply FILE based
     sharding", whatever the dataset's sharding policy: refused here, where the numbers
@@ -84,6 +101,7 @@ def refusing_steps(evaluate):
     def wrapped(self, *args, **kwargs):
         arguments = signature.bind(self, *args, **kwargs).arguments
         _refuse_steps(self, "steps", arguments.get("steps"))
+        _refuse_endless_or_failing(self, "evaluate", "steps", arguments.get("steps"), arguments.get("x"))
         _refuse_fewer_batches_than_shards(self, "evaluate's data", arguments.get("x"))
         return evaluate(self, *args, **kwargs)
 
@@ -100,6 +118,8 @@ def refusing_validation_steps(fit):
         arguments = signature.bind(self, *args, **kwargs).arguments
         if arguments.get("validation_data") is not None:
             _refuse_steps(self, "validation_steps", arguments.get("validation_steps"))
+            _refuse_endless_or_failing(self, "fit's validation_data", "validation_steps",
+                                       arguments.get("validation_steps"), arguments["validation_data"])
             _refuse_fewer_batches_than_shards(self, "validation_data", arguments["validation_data"])
         return fit(self, *args, **kwargs)
 

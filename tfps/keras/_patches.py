@@ -89,7 +89,7 @@ PATCHES = (
           "builds compiled metrics before exact evaluation (pss_evaluation_shards) clones them"),
     Patch("tf_keras.Model", "evaluate", exact_evaluation.refusing_steps,
           "refuses steps with exact evaluation under ParameterServerStrategy, which ignores them "
-          "and never ends over repeating data"),
+          "and never ends over repeating data, and a dataset without steps without it"),
     Patch("tensorflow.IndexedSlices", "__add__", accumulation.refusing_table_gradient_add,
           "`+` on a table's gradient fails naming tfps.GradientAccumulator", adds=True),
     Patch("tensorflow.python.checkpoint.checkpoint_management", "_delete_file_if_exists",
