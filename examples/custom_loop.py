@@ -64,6 +64,15 @@ def batches(batch_size, data_service=None):
     return dataset
 
 
+def batch_loss(model, ids, labels, global_batch):
+    """The batch's binary cross-entropy, its per-example sum over `global_batch` examples
+    (all workers' batches of a step): in a custom loop under a strategy, Keras' default
+    reduction is refused."""
+    per_example = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")(
+        labels[:, None], model(ids, training=True)[:, None])
+    return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+
+
 def build(args):
     ids = keras.Input((FIELDS,), dtype=tf.int64, name="ids")
     embedding = tfps.keras_layers.DynamicEmbedding(
@@ -101,14 +110,9 @@ def main():
         train_synchronously(args, strategy, clustered, model, optimizer, accumulator, num_workers)
         report(args, embedding, head, kernel_start, global_batch=args.batch_size * num_workers)
         return
-    # A per-example loss, averaged over the global batch: in a custom loop under a
-    # strategy, Keras' default reduction is refused.
-    loss_of = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
-
     def replica_step(ids, labels):
         with tf.GradientTape() as tape:
-            per_example = loss_of(labels[:, None], model(ids, training=True)[:, None])
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch_size)
+            loss = batch_loss(model, ids, labels, global_batch=args.batch_size)
         variables = model.trainable_variables  # the table's stand-in among them
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
@@ -139,14 +143,10 @@ def main():
 def train_synchronously(args, strategy, clustered, model, optimizer, accumulator, num_workers):
     """Step s: worker batch i of num_workers holds examples (s * num_workers + i) *
     batch_size on; the loss is averaged over all of them, the global batch."""
-    global_batch = args.batch_size * num_workers
-    loss_of = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
-
     def replica_gradients(first_example):
         ids = example_ids(tf.range(first_example, first_example + args.batch_size))
         with tf.GradientTape() as tape:
-            per_example = loss_of(example_labels(ids)[:, None], model(ids, training=True)[:, None])
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            loss = batch_loss(model, ids, example_labels(ids), global_batch=args.batch_size * num_workers)
         accumulator.add(tape.gradient(loss, model.trainable_variables))
         return loss
 

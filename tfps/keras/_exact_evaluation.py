@@ -47,10 +47,15 @@ def building_metrics_first(make_test_function_exact):
     return make
 
 
+def _on_workers(model):
+    """Whether the model evaluates through a ClusterCoordinator (ParameterServerStrategy),
+    as tf_keras decides it (Model._get_test_function_runner)."""
+    return model.distribute_strategy._should_use_with_coordinator  # pylint: disable=protected-access
+
+
 def _refuse_steps(model, name, steps):
     shards = getattr(model, "_pss_evaluation_shards", 0)
-    # As tf_keras picks exact evaluation (Model._get_test_function_runner).
-    if steps is not None and shards and model.distribute_strategy._should_use_with_coordinator:  # pylint: disable=protected-access
+    if steps is not None and shards and _on_workers(model):
         raise ValueError(
             f"model '{model.name}' is compiled with pss_evaluation_shards={shards}, so under "
             f"ParameterServerStrategy evaluation reads every shard of the data to its end and {name}={steps} "
@@ -63,8 +68,7 @@ def _refuse_endless_or_failing(model, name, steps_name, steps, data):
     until `steps` batches: with none given, finite data ends in tf.data's "End of
     sequence" and a raw CancelledError, and repeating data never ends."""
     if (steps is None and not getattr(model, "_pss_evaluation_shards", 0)
-            and isinstance(data, tf.data.Dataset)
-            and model.distribute_strategy._should_use_with_coordinator):  # pylint: disable=protected-access
+            and isinstance(data, tf.data.Dataset) and _on_workers(model)):
         raise ValueError(
             f"{name}: under ParameterServerStrategy model '{model.name}' evaluates a tf.data.Dataset "
             f"by reading a given number of its batches, and {steps_name}=None gives none (finite "
@@ -78,8 +82,7 @@ def _refuse_fewer_batches_than_shards(model, name, data):
     sharding", whatever the dataset's sharding policy: refused here, where the numbers
     are known (a tf.data.Dataset of known length)."""
     shards = getattr(model, "_pss_evaluation_shards", 0)
-    if not (shards and isinstance(data, tf.data.Dataset)
-            and model.distribute_strategy._should_use_with_coordinator):  # pylint: disable=protected-access
+    if not (shards and isinstance(data, tf.data.Dataset) and _on_workers(model)):
         return
     batches = int(data.cardinality())
     if batches == 0:
