@@ -279,6 +279,41 @@ def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(
     assert max(layer.table.clocks().numpy()) == len(x) // (3 * BATCH)  # one table update per apply
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_under_loss_scaling_a_shared_accumulator_skips_the_steps_the_default_one_skips(compiled):
+    """mixed_float16 and a LossScaleOptimizer, whose first scaled gradients overflow: a
+    table refuses Inf, so a shared add counts it and its sums read NaN, and the optimizer
+    skips those steps as it does with the default accumulator's slices. Both must end on
+    the same rows, moved by the steps that were not skipped."""
+    def trained(shared):
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        try:
+            ours, layer = tfps_model(tfps.optimizers.SGD(0.01))
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
+        accumulator = tfps.GradientAccumulator(ours.trainable_variables, shared_by_workers=shared)
+
+        def step(xs, ys):
+            for i in range(3):
+                with tf.GradientTape() as tape:
+                    loss = optimizer.get_scaled_loss(tf.reduce_sum(tf.square(
+                        tf.cast(tf.squeeze(ours(xs[i], training=True), -1), tf.float32) - ys[i])))
+                accumulator.add(optimizer.get_unscaled_gradients(tape.gradient(loss, ours.trainable_variables)))
+            accumulator.apply_to(optimizer)
+        run = tf.function(step) if compiled else step
+        x, y = batches(steps=3 * 24)
+        for s in range(len(x) // (3 * BATCH)):
+            run(tf.constant(x[s * 3 * BATCH:(s + 1) * 3 * BATCH].reshape(3, BATCH, FIELDS)),
+                tf.constant(y[s * 3 * BATCH:(s + 1) * 3 * BATCH].reshape(3, BATCH)))
+        return table_rows(layer), float(optimizer.loss_scale)
+
+    (slices, scale), (summed, shared_scale) = trained(False), trained(True)
+    assert scale == shared_scale < 2.0 ** 15  # steps were skipped, as many in both
+    np.testing.assert_allclose(summed, slices, rtol=1e-5, atol=1e-6)
+    assert np.abs(slices - start_rows()).max() > 1e-3
+
+
 def test_a_shared_accumulator_keeps_every_add_of_threads_adding_at_once():
     """shared_by_workers=True: workers add at once. Four threads stand for them here, each
     adding the same gradients 100 times: a table's (into its per-key sums) and a stock

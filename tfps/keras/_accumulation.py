@@ -86,22 +86,30 @@ class _AppendedSlices:
 class _SummedSlices:
     """A table's gradients summed per key in an SGD table at rate 1, applied to the negated
     gradients (each row is the exact running sum), sharded over the parameter servers like
-    the tables: an add is atomic per row, so every worker may add at once."""
+    the tables: an add is atomic per row, so every worker may add at once. A table refuses
+    NaN and Inf, so a non-finite gradient is counted instead and makes the sums read as NaN:
+    the optimizer then sees it as without accumulation (a loss-scale optimizer skips the
+    step)."""
 
     def __init__(self, dim):
         self._sums = ShardedTable(dim, optimizer=optimizers.SGD(1.0), initializer="zeros",
                                   name="gradient_sums")
+        self._non_finite_adds = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     def add(self, gradient):
-        return self._sums.apply_gradients(tf.cast(gradient.indices, tf.int64),
-                                          -tf.cast(gradient.values, tf.float32))
+        values = tf.cast(gradient.values, tf.float32)
+        finite = tf.reduce_all(tf.math.is_finite(values))
+        return tf.group(
+            self._sums.apply_gradients(tf.cast(gradient.indices, tf.int64),
+                                       -tf.where(finite, values, tf.zeros_like(values))),
+            self._non_finite_adds.assign_add(tf.cast(tf.logical_not(finite), tf.int64)))
 
     def read(self):
         rows = self._sums.export()
-        return rows.values, rows.keys
+        return tf.where(self._non_finite_adds > 0, float("nan"), rows.values), rows.keys
 
     def reset(self):
-        return self._sums.clear()
+        return tf.group(self._sums.clear(), self._non_finite_adds.assign(0))
 
 
 _TABLE_SUMS = (_AppendedSlices, _SummedSlices)
@@ -130,8 +138,7 @@ class GradientAccumulator:
     sums, clipnorm's norm is taken over them), as for a stock Embedding's dense
     accumulator; by default each micro-batch's slices are kept, so clipvalue clips each
     slice (clipnorm takes one norm over all of them either way). A non-finite gradient
-    fails a shared add (a table refuses NaN and Inf), where the default's apply leaves
-    it to the optimizer (a loss-scale optimizer skips that step).
+    reaches the optimizer either way (a loss-scale optimizer skips that step).
 
     Args:
       variables: the variables whose gradients `add` takes, in that order (table proxies
