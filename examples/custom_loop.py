@@ -15,8 +15,9 @@ with more it depends on the order the steps happened to run in.
 own batch from the same rows and variables and adds it to a tfps.GradientAccumulator
 shared by the workers; once all have (ClusterCoordinator.join), one apply updates the
 table and the head with their sum. So N workers with batches of B train exactly as one
-process with batches of N x B, whatever order the workers run in. Each step waits for its
-slowest worker.
+process with batches of N x B, whatever order the workers run in, and a worker that fails
+mid-step does not count its batch twice (each batch is a numbered contribution to the step,
+which a rerun replaces). Each step waits for its slowest worker.
 
 --rows_out writes every trained row with its optimizer slots, the dense head before and
 after, and the batches' recipe, as JSON (tests/test_custom_loop.py compares them with a
@@ -104,7 +105,10 @@ def main():
         model, embedding, head = build(args)
         optimizer = keras.optimizers.SGD(args.dense_lr)
         if args.sync:  # its sums live on the parameter servers
-            accumulator = tfps.GradientAccumulator(model.trainable_variables, shared_by_workers=True)
+            # One numbered contribution per worker's batch: a function run again after its
+            # worker failed replaces what its first attempt added instead of adding twice.
+            accumulator = tfps.GradientAccumulator(model.trainable_variables, shared_by_workers=True,
+                                                   contributions=num_workers)
     kernel_start = head.kernel.numpy().ravel().tolist()
     if args.sync:
         train_synchronously(args, strategy, clustered, model, optimizer, accumulator, num_workers)
@@ -140,19 +144,20 @@ def main():
     report(args, embedding, head, kernel_start, global_batch=args.batch_size)
 
 
-def train_synchronously(args, strategy, clustered, model, optimizer, accumulator, num_workers):
-    """Step s: worker batch i of num_workers holds examples (s * num_workers + i) *
-    batch_size on; the loss is averaged over all of them, the global batch."""
-    def replica_gradients(first_example):
+def synchronous_step(args, strategy, clustered, model, optimizer, accumulator, num_workers):
+    """A function that trains step s synchronously and returns its workers' losses. Batch i
+    of num_workers holds examples (s * num_workers + i) * batch_size on; the loss is
+    averaged over all of them, the global batch."""
+    def replica_gradients(first_example, contribution):
         ids = example_ids(tf.range(first_example, first_example + args.batch_size))
         with tf.GradientTape() as tape:
             loss = batch_loss(model, ids, example_labels(ids), global_batch=args.batch_size * num_workers)
-        accumulator.add(tape.gradient(loss, model.trainable_variables))
+        accumulator.add(tape.gradient(loss, model.trainable_variables), contribution=contribution)
         return loss
 
     @tf.function
-    def add_gradients(first_example):
-        return strategy.run(replica_gradients, args=(first_example,))
+    def add_gradients(first_example, contribution):  # traced once per contribution (an int)
+        return strategy.run(replica_gradients, args=(first_example, contribution))
 
     @tf.function
     def apply_sum():
@@ -163,16 +168,25 @@ def train_synchronously(args, strategy, clustered, model, optimizer, accumulator
         run, wait = coordinator.schedule, coordinator.join
     else:
         run, wait = (lambda fn, args=(): fn(*args)), (lambda: None)
-    for step in range(args.steps):
-        losses = [run(add_gradients, args=(tf.constant((step * num_workers + i) * args.batch_size, tf.int64),))
+
+    def step(s):
+        losses = [run(add_gradients, args=(tf.constant((s * num_workers + i) * args.batch_size, tf.int64), i))
                   for i in range(num_workers)]
         wait()  # every worker's gradient of this step is in the sum
         # The chief applies it: a function scheduled on a worker that failed would run again
         # elsewhere, and an apply must run once.
         apply_sum()
-        if (step + 1) % 50 == 0:
+        return losses
+    return step
+
+
+def train_synchronously(args, strategy, clustered, model, optimizer, accumulator, num_workers):
+    step = synchronous_step(args, strategy, clustered, model, optimizer, accumulator, num_workers)
+    for s in range(args.steps):
+        losses = step(s)
+        if (s + 1) % 50 == 0:
             loss = sum(float(l.fetch() if hasattr(l, "fetch") else l) for l in losses)
-            print(f"step {step + 1}: loss {loss:.4f}", flush=True)
+            print(f"step {s + 1}: loss {loss:.4f}", flush=True)
 
 
 def report(args, embedding, head, kernel_start, global_batch):

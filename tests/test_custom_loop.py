@@ -5,16 +5,20 @@ one process without TF_CONFIG."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from benchmarks.faults import launch_processes
+from tests.event_pipe import EventPipe
 from tests.reference import RowOptimizer, initial_row
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "custom_loop.py")
+SYNC_WORKER_FAULT = os.path.join(ROOT, "tests", "cluster_programs", "sync_worker_fault.py")
 FIELDS, VOCAB = 3, 500  # the example's
 STEPS = 40
 
@@ -99,3 +103,50 @@ def test_synchronous_steps_of_two_workers_train_as_one_process_with_their_global
     out = run_example(tmp_path, "--sync", "--batch_size", "32", workers=2)
     assert out["batch_size"] == 64
     assert_trained_as_numpy(out)
+
+
+def test_a_synchronous_step_whose_worker_dies_mid_add_counts_every_batch_once(tmp_path):
+    """A worker is killed when its batch's table gradients have landed on the parameter
+    servers and its dense ones have not (tests/cluster_programs/sync_worker_fault.py holds it
+    there); tfps-launch restarts it and the coordinator runs the function again. The run
+    must still train exactly as one process with the global batch: the rerun replaces what
+    the first attempt landed (summed instead, those rows would take that batch's gradient
+    twice)."""
+    hold_dir = tmp_path / "hold"
+    hold_dir.mkdir()
+    events = EventPipe(str(hold_dir / "events"))
+    rows_out = tmp_path / "rows.json"
+    launch_id = f"sync-fault-{os.getpid()}"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, TFPS_TEST_HOLD_DIR=str(hold_dir),
+               TFPS_TEST_HOLD_STEP=str(STEPS // 2), TFPS_LAUNCH_ID=launch_id)
+    env.pop("TF_CONFIG", None)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2",
+         "--log_dir", str(tmp_path / "logs"), SYNC_WORKER_FAULT, "--steps", str(STEPS),
+         "--rows_out", str(rows_out), "--sync", "--batch_size", "32"],
+        env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        events.wait_for(lambda seen: "held" in seen, 240, "a worker held mid-add", launcher)
+        workers = {name: pid for name, pid in launch_processes(launch_id).items() if name.startswith("worker")}
+        assert len(workers) == 2, workers
+        for pid in workers.values():
+            os.kill(pid, signal.SIGKILL)
+        _, stderr = launcher.communicate(timeout=300)
+    finally:
+        events.close()
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, stderr[-3000:]
+    assert "restart" in stderr, stderr[-3000:]  # the launcher restarted the killed workers
+    out = json.loads(rows_out.read_text())
+    assert out["batch_size"] == 64
+    assert_trained_as_numpy(out)
+    # A step's contributions are summed in their order, so a run without the fault ends on
+    # the same bits: what ran twice left no trace.
+    (tmp_path / "without_fault").mkdir()
+    plain = run_example(tmp_path / "without_fault", "--sync", "--batch_size", "32", workers=2)
+    assert sorted(plain["keys"]) == sorted(out["keys"])
+    for part in ("values", "slots"):
+        by_key = dict(zip(plain["keys"], plain[part]))
+        assert all(by_key[key] == row for key, row in zip(out["keys"], out[part])), part
+    assert plain["kernel"] == out["kernel"] and plain["bias"] == out["bias"]

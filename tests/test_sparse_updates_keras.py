@@ -239,7 +239,9 @@ def test_an_optimizer_that_cannot_carry_the_table_gradient_refuses_it():
 
 def accumulate(model, accumulator_or_none, optimizer, x, y, k, compiled):
     """Steps of k micro-batches each, their gradients summed (by the accumulator, or for a
-    stock model by adding the tensors) and applied once."""
+    stock model by adding the tensors) and applied once. An accumulator of numbered
+    contributions takes micro-batch i as contribution i, after a first attempt of it that
+    set another micro-batch's gradient, which the second must replace."""
     variables = model.trainable_variables
 
     def micro_gradients(xs, ys):
@@ -256,7 +258,11 @@ def accumulate(model, accumulator_or_none, optimizer, x, y, k, compiled):
             optimizer.apply_gradients(zip(summed, variables))
             return
         for i in range(k):
-            accumulator_or_none.add(micro_gradients(xs[i], ys[i]))
+            if accumulator_or_none.contributions is None:
+                accumulator_or_none.add(micro_gradients(xs[i], ys[i]))
+                continue
+            accumulator_or_none.add(micro_gradients(xs[(i + 1) % k], ys[(i + 1) % k]), contribution=i)
+            accumulator_or_none.add(micro_gradients(xs[i], ys[i]), contribution=i)
         accumulator_or_none.apply_to(optimizer)
     run = tf.function(step) if compiled else step
     for s in range(len(x) // (k * BATCH)):
@@ -265,14 +271,17 @@ def accumulate(model, accumulator_or_none, optimizer, x, y, k, compiled):
         run(tf.constant(xs), tf.constant(ys))
 
 
-@pytest.mark.parametrize("shared_by_workers", [False, True], ids=["slices", "summed-per-key"])
+@pytest.mark.parametrize("shared_by_workers,contributions", [(False, None), (True, None), (True, 3)],
+                         ids=["slices", "summed-per-key", "numbered-contributions"])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(compiled, shared_by_workers):
+def test_accumulating_three_micro_batches_updates_the_table_once_with_their_sum(compiled, shared_by_workers,
+                                                                               contributions):
     x, y = batches()
     stock, embedding = stock_model()
     accumulate(stock, None, keras.optimizers.SGD(0.01), x, y, k=3, compiled=compiled)
     ours, layer = tfps_model(tfps.optimizers.SGD(0.01))
-    accumulator = tfps.GradientAccumulator(ours.trainable_variables, shared_by_workers=shared_by_workers)
+    accumulator = tfps.GradientAccumulator(ours.trainable_variables, shared_by_workers=shared_by_workers,
+                                           contributions=contributions)
     accumulate(ours, accumulator, keras.optimizers.SGD(0.01), x, y, k=3, compiled=compiled)
     np.testing.assert_allclose(table_rows(layer), embedding.embeddings.numpy(), rtol=1e-5, atol=1e-6)
     assert np.abs(table_rows(layer) - start_rows()).max() > 1e-2  # the rows really trained
@@ -285,21 +294,23 @@ def test_under_loss_scaling_a_shared_accumulator_skips_the_steps_the_default_one
     table refuses Inf, so a shared add counts it and its sums read NaN, and the optimizer
     skips those steps as it does with the default accumulator's slices. Both must end on
     the same rows, moved by the steps that were not skipped."""
-    def trained(shared):
+    def trained(shared, contributions=None):
         keras.mixed_precision.set_global_policy("mixed_float16")
         try:
             ours, layer = tfps_model(tfps.optimizers.SGD(0.01))
         finally:
             keras.mixed_precision.set_global_policy("float32")
         optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.01))
-        accumulator = tfps.GradientAccumulator(ours.trainable_variables, shared_by_workers=shared)
+        accumulator = tfps.GradientAccumulator(ours.trainable_variables, shared_by_workers=shared,
+                                               contributions=contributions)
 
         def step(xs, ys):
             for i in range(3):
                 with tf.GradientTape() as tape:
                     loss = optimizer.get_scaled_loss(tf.reduce_sum(tf.square(
                         tf.cast(tf.squeeze(ours(xs[i], training=True), -1), tf.float32) - ys[i])))
-                accumulator.add(optimizer.get_unscaled_gradients(tape.gradient(loss, ours.trainable_variables)))
+                accumulator.add(optimizer.get_unscaled_gradients(tape.gradient(loss, ours.trainable_variables)),
+                                contribution=None if contributions is None else i)
             accumulator.apply_to(optimizer)
         run = tf.function(step) if compiled else step
         x, y = batches(steps=3 * 24)
@@ -309,9 +320,26 @@ def test_under_loss_scaling_a_shared_accumulator_skips_the_steps_the_default_one
         return table_rows(layer), float(optimizer.loss_scale)
 
     (slices, scale), (summed, shared_scale) = trained(False), trained(True)
-    assert scale == shared_scale < 2.0 ** 15  # steps were skipped, as many in both
+    numbered, numbered_scale = trained(True, contributions=3)
+    assert scale == shared_scale == numbered_scale < 2.0 ** 15  # steps were skipped, as many in each
     np.testing.assert_allclose(summed, slices, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(numbered, slices, rtol=1e-5, atol=1e-6)
     assert np.abs(slices - start_rows()).max() > 1e-3
+
+
+def test_numbered_contributions_are_refused_where_they_cannot_be_kept():
+    ours, _ = tfps_model(tfps.optimizers.SGD(0.01))
+    variables = ours.trainable_variables
+    with pytest.raises(ValueError, match="contributions=2 numbers the workers' adds .* shared_by_workers=True"):
+        tfps.GradientAccumulator(variables, contributions=2)
+    with pytest.raises(ValueError, match="contributions must be a positive int"):
+        tfps.GradientAccumulator(variables, shared_by_workers=True, contributions=0)
+    numbered = tfps.GradientAccumulator(variables, shared_by_workers=True, contributions=2)
+    for wrong in (None, 2, -1, 1.0):
+        with pytest.raises(ValueError, match=r"contribution must be an int in \[0, 2\)"):
+            numbered.add([None] * len(variables), contribution=wrong)
+    with pytest.raises(ValueError, match="contribution=0 needs an accumulator made with contributions="):
+        tfps.GradientAccumulator(variables).add([None] * len(variables), contribution=0)
 
 
 def test_a_shared_accumulator_keeps_every_add_of_threads_adding_at_once():

@@ -17,6 +17,7 @@ from tensorflow.python.framework import tensor_util
 
 from tfps import _arguments as arguments
 from tfps.keras import _optimizer_bridge as optimizer_bridge
+from tfps.table import keys as keys_lib
 from tfps.table import optimizers
 from tfps.table.sharded_table import ShardedTable, task_devices
 
@@ -115,6 +116,46 @@ class _SummedSlices:
 _TABLE_SUMS = (_AppendedSlices, _SummedSlices)
 
 
+class _Contributions:
+    """One variable's gradient of a step as `count` numbered contributions, kept apart (a
+    dense variable's each in a variable of its shape, a table's each in a _SummedSlices)
+    and set, not added: a worker's function that the coordinator runs again after its
+    worker failed replaces what its first attempt had landed, so its batch counts once.
+    Read as their sum, added in contribution order, so a step's sum does not depend on
+    which worker ran which contribution or when."""
+
+    def __init__(self, variable, count, table_dim=None):
+        self.of_table = table_dim is not None
+        self._parts = [_SummedSlices(table_dim) if self.of_table
+                       else tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False)
+                       for _ in range(count)]
+
+    def set(self, contribution, gradient):
+        part = self._parts[contribution]
+        if not self.of_table:
+            return part.assign(tf.cast(tf.convert_to_tensor(gradient), part.dtype))
+        with tf.control_dependencies([part.reset()]):
+            return part.add(gradient)
+
+    def read(self):
+        """The sum: a tensor, or a table's (rows, keys), summed per key."""
+        if not self.of_table:
+            return tf.add_n([tf.identity(part) for part in self._parts])
+        reads = [part.read() for part in self._parts]
+        keys, rows = keys_lib.sum_by_key(tf.concat([keys for _, keys in reads], 0),
+                                         tf.concat([rows for rows, _ in reads], 0))
+        return rows, keys
+
+    def reset(self):
+        return tf.group([part.reset() if self.of_table else part.assign(tf.zeros_like(part))
+                         for part in self._parts])
+
+
+def _of_table(total):
+    """Whether an accumulator's sum of one variable is a table's (read as (rows, keys))."""
+    return isinstance(total, _TABLE_SUMS) or (isinstance(total, _Contributions) and total.of_table)
+
+
 class GradientAccumulator:
     """Sums gradients of `variables` over calls to `add`, applied by `apply_to`.
 
@@ -140,14 +181,32 @@ class GradientAccumulator:
     slice (clipnorm takes one norm over all of them either way). A non-finite gradient
     reaches the optimizer either way (a loss-scale optimizer skips that step).
 
+    A worker that fails while it adds makes the coordinator run its function again, and
+    what its first attempt had added would count twice. With `contributions=N` each step
+    is N numbered contributions instead: `add(gradients, contribution=i)` sets
+    contribution i of each variable it has a gradient for, replacing what an earlier
+    attempt had set, so a step in which a worker fails still counts each batch once.
+    Each contribution is kept apart until the apply sums them, in contribution order, so
+    a step's sum is the same whichever worker ran which. That keeps N copies of each
+    dense variable's shape on the parameter servers.
+
     Args:
       variables: the variables whose gradients `add` takes, in that order (table proxies
         of DynamicEmbedding layers included).
       shared_by_workers: one sum for every worker's adds (see above).
+      contributions: with shared_by_workers, the number of numbered contributions to a
+        step (one per batch a step sums), or None to sum every add.
     """
 
-    def __init__(self, variables, shared_by_workers=False):
+    def __init__(self, variables, shared_by_workers=False, contributions=None):
         shared_by_workers = arguments.boolean(shared_by_workers, "shared_by_workers", "GradientAccumulator")
+        if contributions is not None:
+            contributions = arguments.positive_int(contributions, "contributions", "GradientAccumulator")
+            if not shared_by_workers:
+                raise ValueError(
+                    f"GradientAccumulator: contributions={contributions} numbers the workers' adds "
+                    "to a step of a shared accumulator; pass shared_by_workers=True as well")
+        self.contributions = contributions
         workers = len(task_devices("worker"))
         if workers > 1 and not shared_by_workers:
             raise ValueError(
@@ -164,28 +223,37 @@ class GradientAccumulator:
             # optimizer step (its iterations, Adam's moments), so it is refused.
             self._added = tf.Variable(0, dtype=tf.int64, trainable=False)
             for variable in self.variables:
-                if optimizer_bridge.owner_of(variable) is not None:
+                of_table = optimizer_bridge.owner_of(variable) is not None
+                if contributions is not None:
+                    self._sums.append(_Contributions(variable, contributions,
+                                                     int(variable.shape[-1]) if of_table else None))
+                elif of_table:
                     dim = int(variable.shape[-1])
                     self._sums.append(_SummedSlices(dim) if shared_by_workers
                                       else _AppendedSlices(dim, variable.dtype))
                 else:
                     self._sums.append(tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False))
 
-    def add(self, gradients):
+    def add(self, gradients, contribution=None):
         """Adds one micro-batch's gradients (a list in the order of `variables`; None for a
-        variable the loss does not reach)."""
+        variable the loss does not reach). With `contributions`, sets contribution number
+        `contribution` (an int) of the step instead."""
         gradients = list(gradients)
         if len(gradients) != len(self.variables):
             raise ValueError(f"GradientAccumulator.add: got {len(gradients)} gradients for "
                              f"{len(self.variables)} variables")
+        self._check_contribution(contribution)
         updates = []
         for gradient, variable, total in zip(gradients, self.variables, self._sums):
             if gradient is None:
                 continue
-            if isinstance(total, _TABLE_SUMS):
-                if not isinstance(gradient, tf.IndexedSlices):
-                    raise TypeError(f"GradientAccumulator.add: the gradient of table proxy {variable.name} "
-                                    f"must be the IndexedSlices the tape gives, got {type(gradient).__name__}")
+            of_table = _of_table(total)
+            if of_table and not isinstance(gradient, tf.IndexedSlices):
+                raise TypeError(f"GradientAccumulator.add: the gradient of table proxy {variable.name} "
+                                f"must be the IndexedSlices the tape gives, got {type(gradient).__name__}")
+            if isinstance(total, _Contributions):
+                updates.append(total.set(contribution, gradient))
+            elif of_table:
                 updates.append(total.add(gradient))
             elif isinstance(gradient, tf.IndexedSlices) and not self.shared_by_workers:
                 updates.append(total.scatter_add(gradient))
@@ -201,11 +269,11 @@ class GradientAccumulator:
         """The sums so far, in the order of `variables` (IndexedSlices for table proxies)."""
         out = []
         for variable, total in zip(self.variables, self._sums):
-            if isinstance(total, _TABLE_SUMS):
+            if _of_table(total):
                 rows, keys = total.read()
                 out.append(tf.IndexedSlices(rows, keys, tf.constant(variable.shape.as_list(), tf.int64)))
             else:
-                out.append(tf.identity(total))
+                out.append(total.read() if isinstance(total, _Contributions) else tf.identity(total))
         return out
 
     def apply_to(self, optimizer):
@@ -223,6 +291,17 @@ class GradientAccumulator:
     def reset(self):
         resets = [self._added.assign(0)]
         for total in self._sums:
-            resets.append(total.reset() if isinstance(total, _TABLE_SUMS)
+            resets.append(total.reset() if isinstance(total, _TABLE_SUMS + (_Contributions,))
                           else total.assign(tf.zeros_like(total)))
         return tf.group(resets)
+
+    def _check_contribution(self, contribution):
+        if self.contributions is None:
+            if contribution is not None:
+                raise ValueError(f"GradientAccumulator.add: contribution={contribution!r} needs an "
+                                 "accumulator made with contributions=<number of them per step>")
+            return
+        if not arguments.is_int(contribution) or not 0 <= contribution < self.contributions:
+            raise ValueError(f"GradientAccumulator.add: contribution must be an int in [0, "
+                             f"{self.contributions}) (each step's numbered contributions), got "
+                             f"{contribution!r}")
