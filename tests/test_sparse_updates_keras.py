@@ -342,6 +342,20 @@ def test_numbered_contributions_are_refused_where_they_cannot_be_kept():
         tfps.GradientAccumulator(variables).add([None] * len(variables), contribution=0)
 
 
+def test_a_shared_accumulator_refuses_a_table_with_a_worker_cache():
+    """The chief applies a shared accumulator's steps, and a worker cache's copies are
+    refreshed only by the applies of the worker holding them: the workers would read their
+    first copies forever (under tfps-launch, synchronous rows then differ from uncached
+    ones even at max_staleness_steps=0). In one process, accumulation with a cache works."""
+    ids = keras.Input((FIELDS,), dtype=tf.int64)
+    cached = tfps.keras_layers.DynamicEmbedding(DIM, optimizer=tfps.optimizers.SGD(0.1), worker_cache_rows=64,
+                                                max_staleness_steps=0, name="cached_ids")
+    model = keras.Model(ids, keras.layers.Dense(1)(keras.layers.Flatten()(cached(ids))))
+    with pytest.raises(ValueError, match="DynamicEmbedding 'cached_ids' has a worker cache .*worker_cache_rows=64"):
+        tfps.GradientAccumulator(model.trainable_variables, shared_by_workers=True)
+    tfps.GradientAccumulator(model.trainable_variables)  # in one process, the apply refreshes it
+
+
 def test_a_shared_accumulator_keeps_every_add_of_threads_adding_at_once():
     """shared_by_workers=True: workers add at once. Four threads stand for them here, each
     adding the same gradients 100 times: a table's (into its per-key sums) and a stock

@@ -151,6 +151,21 @@ class _Contributions:
                          for part in self._parts])
 
 
+def _refuse_worker_caches(variables):
+    """A shared accumulator is applied by the chief, but a worker cache's copies are
+    trained, pushed and refreshed by the applies of the worker that holds them: its
+    copies would never be refreshed, and every step would read the rows of the first."""
+    for variable in variables:
+        owner = optimizer_bridge.owner_of(variable)
+        if getattr(owner, "worker_cache", None) is not None:
+            raise ValueError(
+                f"GradientAccumulator: DynamicEmbedding '{owner.name}' has a worker cache "
+                f"(worker_cache_rows={owner.worker_cache.capacity}), whose copies each worker "
+                "refreshes when it applies a step; with shared_by_workers=True the chief applies "
+                "every step, so the workers would read their first copies forever. Train "
+                "synchronously without a worker cache")
+
+
 def _of_table(total):
     """Whether an accumulator's sum of one variable is a table's (read as (rows, keys))."""
     return isinstance(total, _TABLE_SUMS) or (isinstance(total, _Contributions) and total.of_table)
@@ -207,6 +222,8 @@ class GradientAccumulator:
                     f"GradientAccumulator: contributions={contributions} numbers the workers' adds "
                     "to a step of a shared accumulator; pass shared_by_workers=True as well")
         self.contributions = contributions
+        if shared_by_workers:
+            _refuse_worker_caches(variables)
         workers = len(task_devices("worker"))
         if workers > 1 and not shared_by_workers:
             raise ValueError(
