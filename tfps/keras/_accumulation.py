@@ -222,8 +222,6 @@ class GradientAccumulator:
                     f"GradientAccumulator: contributions={contributions} numbers the workers' adds "
                     "to a step of a shared accumulator; pass shared_by_workers=True as well")
         self.contributions = contributions
-        if shared_by_workers:
-            _refuse_worker_caches(variables)
         workers = len(task_devices("worker"))
         if workers > 1 and not shared_by_workers:
             raise ValueError(
@@ -231,8 +229,11 @@ class GradientAccumulator:
                 "would live on the parameter servers and take every worker's micro-batches, and "
                 "one worker's apply would apply and clear another's; accumulate in one process "
                 "or with one worker, or, to train synchronously (every worker's gradients of a "
-                "step summed and applied once), pass shared_by_workers=True")
+                "step summed and applied once), pass shared_by_workers=True and contributions=<the "
+                "number of batches a step sums>")
         self.variables = list(variables)
+        if shared_by_workers:
+            _refuse_worker_caches(self.variables)
         self.shared_by_workers = shared_by_workers
         self._sums = []
         with tf.init_scope():
