@@ -39,7 +39,8 @@ def numpy_training(out):
     rows, slots = {}, {}
     kernel, bias = np.asarray(out["kernel_start"], np.float64), 0.0
     for step in range(out["steps"]):
-        ids = example_ids(np.arange(step * batch, (step + 1) * batch))
+        first = 0 if out.get("examples") == "fixed" else step * batch  # fixed: the same batch each step
+        ids = example_ids(np.arange(first, first + batch))
         labels = (np.sum((ids * 37) % 11 - 5, 1) > 0).astype(np.float64)
         for key in np.unique(ids):
             if int(key) not in rows:
@@ -105,25 +106,21 @@ def test_synchronous_steps_of_two_workers_train_as_one_process_with_their_global
     assert_trained_as_numpy(out)
 
 
-def test_a_synchronous_step_whose_worker_dies_mid_add_counts_every_batch_once(tmp_path):
-    """A worker is killed when its batch's table gradients have landed on the parameter
-    servers and its dense ones have not (tests/cluster_programs/sync_worker_fault.py holds it
-    there); tfps-launch restarts it and the coordinator runs the function again. The run
-    must still train exactly as one process with the global batch: the rerun replaces what
-    the first attempt landed (summed instead, those rows would take that batch's gradient
-    twice)."""
+def run_with_workers_killed_mid_add(tmp_path, program, *flags, hold_step):
+    """Runs `program` under tfps-launch (2 workers, 2 parameter servers) with the hold of
+    tests/cluster_programs/sync_worker_fault.py at step `hold_step`, kills both workers
+    once one holds, and returns what --rows_out wrote after the run ended well."""
     hold_dir = tmp_path / "hold"
     hold_dir.mkdir()
     events = EventPipe(str(hold_dir / "events"))
     rows_out = tmp_path / "rows.json"
-    launch_id = f"sync-fault-{os.getpid()}"
+    launch_id = f"sync-fault-{os.getpid()}-{tmp_path.name}"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, TFPS_TEST_HOLD_DIR=str(hold_dir),
-               TFPS_TEST_HOLD_STEP=str(STEPS // 2), TFPS_LAUNCH_ID=launch_id)
+               TFPS_TEST_HOLD_STEP=str(hold_step), TFPS_LAUNCH_ID=launch_id)
     env.pop("TF_CONFIG", None)
     launcher = subprocess.Popen(
         [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2",
-         "--log_dir", str(tmp_path / "logs"), SYNC_WORKER_FAULT, "--steps", str(STEPS),
-         "--rows_out", str(rows_out), "--sync", "--batch_size", "32"],
+         "--log_dir", str(tmp_path / "logs"), program, "--rows_out", str(rows_out), *flags],
         env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         events.wait_for(lambda seen: "held" in seen, 240, "a worker held mid-add", launcher)
@@ -138,15 +135,30 @@ def test_a_synchronous_step_whose_worker_dies_mid_add_counts_every_batch_once(tm
             launcher.kill()
     assert launcher.returncode == 0, stderr[-3000:]
     assert "restart" in stderr, stderr[-3000:]  # the launcher restarted the killed workers
-    out = json.loads(rows_out.read_text())
-    assert out["batch_size"] == 64
-    assert_trained_as_numpy(out)
-    # A step's contributions are summed in their order, so a run without the fault ends on
-    # the same bits: what ran twice left no trace.
-    (tmp_path / "without_fault").mkdir()
-    plain = run_example(tmp_path / "without_fault", "--sync", "--batch_size", "32", workers=2)
+    return json.loads(rows_out.read_text())
+
+
+def assert_same_bits(out, plain):
+    """Two runs' rows, slots and head are equal bit for bit."""
     assert sorted(plain["keys"]) == sorted(out["keys"])
     for part in ("values", "slots"):
         by_key = dict(zip(plain["keys"], plain[part]))
         assert all(by_key[key] == row for key, row in zip(out["keys"], out[part])), part
     assert plain["kernel"] == out["kernel"] and plain["bias"] == out["bias"]
+
+
+def test_a_synchronous_step_whose_worker_dies_mid_add_counts_every_batch_once(tmp_path):
+    """A worker is killed when its batch's table gradients have landed on the parameter
+    servers and its dense ones have not (tests/cluster_programs/sync_worker_fault.py holds it
+    there); tfps-launch restarts it and the coordinator runs the function again. The run
+    must still train exactly as one process with the global batch: the rerun replaces what
+    the first attempt landed (summed instead, those rows would take that batch's gradient
+    twice)."""
+    out = run_with_workers_killed_mid_add(tmp_path, SYNC_WORKER_FAULT, "--steps", str(STEPS), "--sync",
+                                          "--batch_size", "32", hold_step=STEPS // 2)
+    assert out["batch_size"] == 64
+    assert_trained_as_numpy(out)
+    # A step's contributions are summed in their order, so a run without the fault ends on
+    # the same bits: what ran twice left no trace.
+    (tmp_path / "without_fault").mkdir()
+    assert_same_bits(out, run_example(tmp_path / "without_fault", "--sync", "--batch_size", "32", workers=2))

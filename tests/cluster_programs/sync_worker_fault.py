@@ -1,5 +1,5 @@
 """examples/custom_loop.py --sync with a worker held in the middle of its add at one step
-(tests/test_custom_loop.py kills it there).
+(tests/test_custom_loop.py kills it there); pss_synchronous_fit.py holds fit's the same way.
 
 At step TFPS_TEST_HOLD_STEP the chief arms the hold before scheduling the step; the worker
 that runs contribution 0 of it adds its table gradients, which land on the parameter
@@ -60,6 +60,16 @@ def add_tables_then_hold_then_the_rest(self, gradients, contribution=None):
         return add(self, [None if t else g for g, t in zip(gradients, of_table)], contribution)
 
 
+def install_hold():
+    """Every accumulator's contribution 0 adds its tables' gradients, then holds when armed."""
+    tfps.GradientAccumulator.add = add_tables_then_hold_then_the_rest
+
+
+def arm():
+    """The chief, before it schedules the step to hold."""
+    open(ARMED, "w").close()
+
+
 synchronous_step = custom_loop.synchronous_step
 
 
@@ -68,13 +78,12 @@ def step_armed_at_the_hold_step(*args, **kwargs):
 
     def armed(s):
         if s == HOLD_STEP:
-            open(ARMED, "w").close()
+            arm()
         return step(s)
     return armed
 
 
-tfps.GradientAccumulator.add = add_tables_then_hold_then_the_rest
-custom_loop.synchronous_step = step_armed_at_the_hold_step
-
 if __name__ == "__main__":
+    install_hold()
+    custom_loop.synchronous_step = step_armed_at_the_hold_step
     custom_loop.main()

@@ -9,8 +9,10 @@ from tfps.keras import _scheduled_steps as scheduled_steps
 from tfps.keras._early_stopping import EarlyStopping
 from tfps.keras._incremental_backup import IncrementalBackup, ResumePoint
 from tfps.keras._serving_exports import ExportForServing
+from tfps.keras._synchronous_training import SynchronousTraining
 
-__all__ = ["EarlyStopping", "ExportForServing", "IncrementalBackup", "ResumePoint", "TableStats"]
+__all__ = ["EarlyStopping", "ExportForServing", "IncrementalBackup", "ResumePoint", "SynchronousTraining",
+           "TableStats"]
 
 
 class TableStats(keras.callbacks.Callback):

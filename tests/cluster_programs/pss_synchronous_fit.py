@@ -1,0 +1,87 @@
+"""model.fit with tfps.callbacks.SynchronousTraining (tests/test_synchronous_fit.py): the
+model of examples/custom_loop.py, every worker's data one fixed batch of examples 0 to
+B - 1 over and over, so whichever worker reads which batch, a synchronous step's gradient
+is that batch's and training equals one process's on it. Writes what custom_loop's
+--rows_out does, plus the optimizer's iterations and the table's clocks.
+
+With TFPS_TEST_HOLD_DIR set, contribution 0 of step TFPS_TEST_HOLD_STEP holds after its
+table gradients have landed (sync_worker_fault.py), for the test to kill the workers.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "examples"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import custom_loop  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+import tfps  # noqa: E402
+
+
+class ArmTheHold(keras.callbacks.Callback):
+    """At the epoch that starts at `step` (fit under ParameterServerStrategy refuses
+    batch-level callbacks)."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if int(self.model.optimizer.iterations) == self.step:
+            import sync_worker_fault
+            sync_worker_fault.arm()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps_per_epoch", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--steps_per_execution", type=int, default=2)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--rows_out", required=True)
+    parser.add_argument("--async_fit", action="store_true", help="without SynchronousTraining")
+    args = parser.parse_args()
+    args.dim, args.table_lr, args.dense_lr, args.seed = 4, 0.3, 0.5, 11  # custom_loop's
+    holding = "TFPS_TEST_HOLD_DIR" in os.environ
+    if holding:
+        import sync_worker_fault
+        sync_worker_fault.install_hold()
+
+    strategy = tfps.distribute.strategy_from_tf_config()
+    with strategy.scope():
+        model, embedding, head = custom_loop.build(args)
+        model.compile(optimizer=keras.optimizers.SGD(args.dense_lr),
+                      loss=keras.losses.BinaryCrossentropy(from_logits=True),
+                      metrics=[keras.metrics.BinaryAccuracy(threshold=0.0)],
+                      steps_per_execution=args.steps_per_execution)
+    kernel_start = head.kernel.numpy().ravel().tolist()
+
+    def dataset_fn(_):
+        ids = custom_loop.example_ids(tf.range(args.batch_size, dtype=tf.int64))
+        return tf.data.Dataset.from_tensors((ids, custom_loop.example_labels(ids))).repeat()
+
+    callbacks = [] if args.async_fit else [tfps.callbacks.SynchronousTraining()]
+    if holding:
+        callbacks.append(ArmTheHold(int(os.environ["TFPS_TEST_HOLD_STEP"])))
+    history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=args.epochs,
+                        steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=0)
+    args.steps = args.epochs * args.steps_per_epoch
+    custom_loop.report(args, embedding, head, kernel_start, global_batch=args.batch_size)
+    with open(args.rows_out) as f:
+        out = json.load(f)
+    out.update(examples="fixed", iterations=int(model.optimizer.iterations),
+               clocks=[int(c) for c in embedding.table.clocks().numpy()],
+               accuracy=history.history["binary_accuracy"],
+               examples_in_last_epoch=int(next(m for m in model.metrics if m.name == "binary_accuracy").count))
+    with open(args.rows_out, "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
