@@ -164,6 +164,14 @@ def launch_exiting(tmp_path, flags=(), program=EXITING, program_args=()):
     return run, (tmp_path / "logs" / "launcher.log").read_text()
 
 
+def test_the_programs_own_flags_pass_through_even_where_they_start_like_the_launchers():
+    from tfps.cluster import launch
+    opts = launch.argument_parser().parse_args(
+        ["--num_ps", "1", "--num_workers", "1", PROGRAM, "--eval", "1", "--e", "--max", "2", "--log_dir", "x"])
+    assert opts.script == PROGRAM and opts.args == ["--eval", "1", "--e", "--max", "2", "--log_dir", "x"]
+    assert opts.log_dir is None and not opts.evaluator
+
+
 def test_workers_out_of_restarts_end_the_run_instead_of_leaving_the_chief_waiting(tmp_path):
     run, said = launch_exiting(tmp_path, ["--max_worker_restarts", "1"],
                                program_args=["--worker_exit_code", "5", "--chief_deadline", "600"])

@@ -403,8 +403,11 @@ def _run_cluster(cluster, command, log_dir, evaluator_wait, out, max_worker_rest
             task.stop()
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="tfps-launch", description=__doc__.splitlines()[0])
+def argument_parser():
+    # No abbreviations: the program's own flags follow its name, and one that starts like
+    # a launcher flag (--eval, --max) would otherwise be taken for it or refused.
+    parser = argparse.ArgumentParser(prog="tfps-launch", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("--num_ps", type=int, required=True)
     parser.add_argument("--num_workers", type=int, required=True)
     parser.add_argument("--evaluator", action="store_true",
@@ -425,6 +428,11 @@ def main(argv=None):
                              "ends, to evaluate the last checkpoint, before it is stopped")
     parser.add_argument("script", help="the program every task runs (a .py file or an executable)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's own arguments (optional)")
+    return parser
+
+
+def main(argv=None):
+    parser = argument_parser()
     opts = parser.parse_args(argv)
     if not os.path.isfile(opts.script):
         parser.error(f"{opts.script} is not a file" if os.path.exists(opts.script)
