@@ -19,6 +19,7 @@ from tests.reference import RowOptimizer, initial_row
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "custom_loop.py")
 SYNC_WORKER_FAULT = os.path.join(ROOT, "tests", "cluster_programs", "sync_worker_fault.py")
+PSS_ACCUMULATION = os.path.join(ROOT, "tests", "cluster_programs", "pss_accumulation.py")
 FIELDS, VOCAB = 3, 500  # the example's
 STEPS = 40
 
@@ -102,6 +103,23 @@ def test_synchronous_steps_of_two_workers_train_as_one_process_with_their_global
     which batch and in whatever order (asynchronous steps would read rows the other
     worker's step had already moved)."""
     out = run_example(tmp_path, "--sync", "--batch_size", "32", workers=2)
+    assert out["batch_size"] == 64
+    assert_trained_as_numpy(out)
+
+
+def test_micro_batches_accumulated_on_one_worker_train_as_their_whole_batch(tmp_path):
+    """The default GradientAccumulator in a function scheduled on the one worker of a
+    cluster (its slices live on the parameter servers; capturing them once crashed the
+    worker): two micro-batches of 32 a step train as one process with batches of 64."""
+    rows_out = tmp_path / "rows.json"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    env.pop("TF_CONFIG", None)
+    run = subprocess.run([sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "1",
+                          "--log_dir", str(tmp_path / "logs"), PSS_ACCUMULATION, "--steps", str(STEPS),
+                          "--rows_out", str(rows_out)],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    out = json.loads(rows_out.read_text())
     assert out["batch_size"] == 64
     assert_trained_as_numpy(out)
 

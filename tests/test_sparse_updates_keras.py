@@ -327,6 +327,64 @@ def test_under_loss_scaling_a_shared_accumulator_skips_the_steps_the_default_one
     assert np.abs(slices - start_rows()).max() > 1e-3
 
 
+@pytest.mark.parametrize("clipping", [{"clipvalue": 1e-3}, {"clipnorm": 0.01}, {"global_clipnorm": 1e-3}],
+                         ids=["clipvalue", "clipnorm", "global_clipnorm"])
+def test_numbered_contributions_clip_as_one_process_clips_their_whole_batch(clipping):
+    """Three micro-batches set as contributions 0 to 2 (the loss of each a third of the
+    whole batch's mean) train the table as a stock Embedding trained on the three at once:
+    the table's slices are kept as the tape gave them, so clipping sees each occurrence's
+    slice, as in one process, not each key's sum."""
+    k = 3
+    x, y = batches(steps=k * 8)
+    stock, embedding = stock_model()
+    stock_optimizer = keras.optimizers.SGD(1.0, **clipping)
+    ours, layer = tfps_model(tfps.optimizers.SGD(1.0))
+    optimizer = keras.optimizers.SGD(1.0, **clipping)
+    accumulator = tfps.GradientAccumulator(ours.trainable_variables, shared_by_workers=True, contributions=k)
+    for s in range(len(x) // (k * BATCH)):
+        xs, ys = x[s * k * BATCH:(s + 1) * k * BATCH], y[s * k * BATCH:(s + 1) * k * BATCH]
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(stock(xs, training=True)[:, 0] - ys))
+        stock_optimizer.apply_gradients(zip(tape.gradient(loss, stock.trainable_variables), stock.trainable_variables))
+        for i in range(k):
+            with tf.GradientTape() as tape:
+                part = tf.reduce_mean(tf.square(ours(xs[i * BATCH:(i + 1) * BATCH], training=True)[:, 0]
+                                                - ys[i * BATCH:(i + 1) * BATCH])) / k
+            accumulator.add(tape.gradient(part, ours.trainable_variables), contribution=i)
+        accumulator.apply_to(optimizer)
+    np.testing.assert_allclose(table_rows(layer), embedding.embeddings.numpy(), rtol=0, atol=1e-6)
+    moved = np.abs(table_rows(layer) - start_rows()).max()
+    assert moved > 1e-4  # clipped, but trained
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_an_apply_missing_a_numbered_contribution_is_refused_naming_it(compiled):
+    ours, layer = tfps_model(tfps.optimizers.SGD(0.01))
+    optimizer = keras.optimizers.SGD(0.01)
+    accumulator = tfps.GradientAccumulator(ours.trainable_variables, shared_by_workers=True, contributions=3)
+    x, y = batches(steps=1)
+
+    def add(i):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(ours(x, training=True)[:, 0] - y))
+        accumulator.add(tape.gradient(loss, ours.trainable_variables), contribution=i)
+
+    def apply():
+        accumulator.apply_to(optimizer)
+    add, apply = (tf.function(add), tf.function(apply)) if compiled else (add, apply)
+    add(0)
+    add(2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)apply_to: contributions.{0,4}\b1\b.{0,4}were not set since the last apply"):
+        apply()
+    assert int(optimizer.iterations) == 0 and np.array_equal(table_rows(layer), start_rows())
+    add(1)
+    apply()
+    assert int(optimizer.iterations) == 1
+    add(0)  # the apply started over: contributions 1 and 2 are missing again
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)apply_to: contributions.{0,4}\b1,? 2\b.{0,4}were not set"):
+        apply()
+
+
 def test_numbered_contributions_are_refused_where_they_cannot_be_kept():
     ours, _ = tfps_model(tfps.optimizers.SGD(0.01))
     variables = ours.trainable_variables
@@ -335,8 +393,8 @@ def test_numbered_contributions_are_refused_where_they_cannot_be_kept():
     with pytest.raises(ValueError, match="contributions must be a positive int"):
         tfps.GradientAccumulator(variables, shared_by_workers=True, contributions=0)
     numbered = tfps.GradientAccumulator(variables, shared_by_workers=True, contributions=2)
-    for wrong in (None, 2, -1, 1.0):
-        with pytest.raises(ValueError, match=r"contribution must be an int in \[0, 2\)"):
+    for wrong in (None, 2, -1, 1.0, tf.constant(1)):
+        with pytest.raises(ValueError, match=r"contribution must be a Python int in \[0, 2\) .* a tensor cannot"):
             numbered.add([None] * len(variables), contribution=wrong)
     with pytest.raises(ValueError, match="contribution=0 needs an accumulator made with contributions="):
         tfps.GradientAccumulator(variables).add([None] * len(variables), contribution=0)

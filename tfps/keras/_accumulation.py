@@ -17,7 +17,6 @@ from tensorflow.python.framework import tensor_util
 
 from tfps import _arguments as arguments
 from tfps.keras import _optimizer_bridge as optimizer_bridge
-from tfps.table import keys as keys_lib
 from tfps.table import optimizers
 from tfps.table.sharded_table import ShardedTable, task_devices
 
@@ -62,26 +61,34 @@ def refusing_table_gradient_add(original_add):
     return add
 
 
-class _AppendedSlices:
-    """A table's micro-batch gradients kept as slices, their keys and rows appended (the
-    table sums a key's slices when it applies them). An append is a read and a write, so
-    one process adds at a time."""
+class _Slices:
+    """A table's gradients kept as slices, their keys and rows: appended by `add` (the table
+    sums a key's slices when it applies them; an append is a read and a write, so one
+    process adds at a time) or replaced whole by `set`."""
 
-    def __init__(self, dim, dtype):
-        self._keys = tf.Variable(tf.zeros([0], tf.int64), shape=tf.TensorShape([None]), trainable=False)
-        self._rows = tf.Variable(tf.zeros([0, dim], dtype), shape=tf.TensorShape([None, dim]),
-                                 trainable=False)
+    def __init__(self, dim, dtype=tf.float32):
+        # Of unknown rank: a worker's function that captures a variable of shape [None]
+        # crashes the worker (its remote handle's shape is sent with a -1).
+        self._dim = dim
+        self._keys = tf.Variable(tf.zeros([0], tf.int64), shape=tf.TensorShape(None), trainable=False)
+        self._rows = tf.Variable(tf.zeros([0, dim], dtype), shape=tf.TensorShape(None), trainable=False)
 
     def add(self, gradient):
-        return tf.group(self._keys.assign(tf.concat([self._keys, tf.cast(gradient.indices, tf.int64)], 0)),
-                        self._rows.assign(tf.concat([self._rows, tf.cast(gradient.values, self._rows.dtype)], 0)))
+        rows, keys = self.read()
+        return tf.group(self._keys.assign(tf.concat([keys, tf.cast(gradient.indices, tf.int64)], 0)),
+                        self._rows.assign(tf.concat([rows, tf.cast(gradient.values, rows.dtype)], 0)))
+
+    def set(self, gradient):
+        return tf.group(self._keys.assign(tf.cast(gradient.indices, tf.int64)),
+                        self._rows.assign(tf.cast(gradient.values, self._rows.dtype)))
 
     def read(self):
-        return tf.identity(self._rows), tf.identity(self._keys)
+        """(rows [n, dim], keys [n])."""
+        return tf.reshape(self._rows, [-1, self._dim]), tf.reshape(self._keys, [-1])
 
     def reset(self):
         return tf.group(self._keys.assign(tf.zeros([0], tf.int64)),
-                        self._rows.assign(tf.zeros([0, self._rows.shape[1]], self._rows.dtype)))
+                        self._rows.assign(tf.zeros([0, self._dim], self._rows.dtype)))
 
 
 class _SummedSlices:
@@ -113,38 +120,36 @@ class _SummedSlices:
         return tf.group(self._sums.clear(), self._non_finite_adds.assign(0))
 
 
-_TABLE_SUMS = (_AppendedSlices, _SummedSlices)
+_TABLE_SUMS = (_Slices, _SummedSlices)
 
 
 class _Contributions:
     """One variable's gradient of a step as `count` numbered contributions, kept apart (a
-    dense variable's each in a variable of its shape, a table's each in a _SummedSlices)
-    and set, not added: a worker's function that the coordinator runs again after its
-    worker failed replaces what its first attempt had landed, so its batch counts once.
-    Read as their sum, added in contribution order, so a step's sum does not depend on
-    which worker ran which contribution or when."""
+    dense variable's each in a variable of its shape, a table's as its slices) and set, not
+    added: a worker's function that the coordinator runs again after its worker failed
+    replaces what its first attempt had landed, so its batch counts once. Read as their
+    sum, in contribution order (a table's slices one after another, as one process's batch
+    of every contribution would give them, so clipping sees the same slices), which does
+    not depend on which worker ran which contribution or when."""
 
     def __init__(self, variable, count, table_dim=None):
         self.of_table = table_dim is not None
-        self._parts = [_SummedSlices(table_dim) if self.of_table
+        self._parts = [_Slices(table_dim) if self.of_table
                        else tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False)
                        for _ in range(count)]
 
     def set(self, contribution, gradient):
         part = self._parts[contribution]
-        if not self.of_table:
-            return part.assign(tf.cast(tf.convert_to_tensor(gradient), part.dtype))
-        with tf.control_dependencies([part.reset()]):
-            return part.add(gradient)
+        if self.of_table:
+            return part.set(gradient)
+        return part.assign(tf.cast(tf.convert_to_tensor(gradient), part.dtype))
 
     def read(self):
-        """The sum: a tensor, or a table's (rows, keys), summed per key."""
+        """The sum: a tensor, or a table's (rows, keys) slices."""
         if not self.of_table:
             return tf.add_n([tf.identity(part) for part in self._parts])
         reads = [part.read() for part in self._parts]
-        keys, rows = keys_lib.sum_by_key(tf.concat([keys for _, keys in reads], 0),
-                                         tf.concat([rows for rows, _ in reads], 0))
-        return rows, keys
+        return tf.concat([rows for rows, _ in reads], 0), tf.concat([keys for _, keys in reads], 0)
 
     def reset(self):
         return tf.group([part.reset() if self.of_table else part.assign(tf.zeros_like(part))
@@ -200,10 +205,13 @@ class GradientAccumulator:
     what its first attempt had added would count twice. With `contributions=N` each step
     is N numbered contributions instead: `add(gradients, contribution=i)` sets
     contribution i of each variable it has a gradient for, replacing what an earlier
-    attempt had set, so a step in which a worker fails still counts each batch once.
-    Each contribution is kept apart until the apply sums them, in contribution order, so
-    a step's sum is the same whichever worker ran which. That keeps N copies of each
-    dense variable's shape on the parameter servers.
+    attempt had set, so a step in which a worker fails still counts each batch once, and
+    `apply_to` refuses a step in which a contribution was not set. Each contribution is
+    kept apart until the apply, which takes them in contribution order, so a step's
+    gradient is the same whichever worker ran which: a table's slices one after another,
+    as one process's batch of all of them would give them (so clipping is the same too),
+    a dense variable's sum (N copies of its shape on the parameter servers; a stock
+    Embedding's slices are summed densely, so clipping sees its summed rows).
 
     Args:
       variables: the variables whose gradients `add` takes, in that order (table proxies
@@ -240,6 +248,10 @@ class GradientAccumulator:
             # Micro-batches added since the last apply: an apply of none would still be an
             # optimizer step (its iterations, Adam's moments), so it is refused.
             self._added = tf.Variable(0, dtype=tf.int64, trainable=False)
+            # Which numbered contributions were set since the last apply: an apply without
+            # one of them would leave its batch out of the step.
+            self._contributed = (tf.Variable(tf.zeros([contributions], tf.int64), trainable=False)
+                                 if contributions is not None else None)
             for variable in self.variables:
                 of_table = optimizer_bridge.owner_of(variable) is not None
                 if contributions is not None:
@@ -248,7 +260,7 @@ class GradientAccumulator:
                 elif of_table:
                     dim = int(variable.shape[-1])
                     self._sums.append(_SummedSlices(dim) if shared_by_workers
-                                      else _AppendedSlices(dim, variable.dtype))
+                                      else _Slices(dim, variable.dtype))
                 else:
                     self._sums.append(tf.Variable(tf.zeros(variable.shape, variable.dtype), trainable=False))
 
@@ -281,6 +293,9 @@ class GradientAccumulator:
                 updates.append(total.assign_add(tf.cast(tf.convert_to_tensor(gradient), total.dtype)))
         if updates:  # a micro-batch whose loss reached no variable adds nothing to apply
             updates.append(self._added.assign_add(1))
+        if self._contributed is not None:
+            updates.append(self._contributed.scatter_update(
+                tf.IndexedSlices(tf.ones([1], tf.int64), tf.constant([contribution]))))
         return tf.group(updates)
 
     def gradients(self):
@@ -301,13 +316,23 @@ class GradientAccumulator:
             self._added, message="GradientAccumulator.apply_to: no gradients were added since the "
                                  "last apply, so there is nothing to apply (an apply of none would "
                                  "still count an optimizer step)")
-        with tf.control_dependencies([something_added]):
+        checks = [something_added]
+        if self._contributed is not None:
+            missing = tf.reshape(tf.where(tf.equal(self._contributed, 0)), [-1])
+            checks.append(tf.debugging.Assert(
+                tf.equal(tf.size(missing), 0),
+                ["GradientAccumulator.apply_to: contributions", missing, "were not set since the last "
+                 f"apply (of contributions=0..{self.contributions - 1}), so their batches would be "
+                 "left out of the step"]))
+        with tf.control_dependencies(checks):
             applied = optimizer.apply_gradients(zip(self.gradients(), self.variables))
         with tf.control_dependencies([applied] if applied is not None else []):
             return self.reset()
 
     def reset(self):
         resets = [self._added.assign(0)]
+        if self._contributed is not None:
+            resets.append(self._contributed.assign(tf.zeros_like(self._contributed)))
         for total in self._sums:
             resets.append(total.reset() if isinstance(total, _TABLE_SUMS + (_Contributions,))
                           else total.assign(tf.zeros_like(total)))
@@ -320,6 +345,6 @@ class GradientAccumulator:
                                  "accumulator made with contributions=<number of them per step>")
             return
         if not arguments.is_int(contribution) or not 0 <= contribution < self.contributions:
-            raise ValueError(f"GradientAccumulator.add: contribution must be an int in [0, "
-                             f"{self.contributions}) (each step's numbered contributions), got "
-                             f"{contribution!r}")
+            raise ValueError(f"GradientAccumulator.add: contribution must be a Python int in [0, "
+                             f"{self.contributions}) (each step's numbered contributions; a tensor "
+                             f"cannot pick where its gradient is kept), got {contribution!r}")
