@@ -46,6 +46,8 @@ def main():
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--rows_out", required=True)
     parser.add_argument("--async_fit", action="store_true", help="without SynchronousTraining")
+    parser.add_argument("--refit", action="store_true",
+                        help="the last epoch in a second fit after compiling again (a new optimizer)")
     args = parser.parse_args()
     args.dim, args.table_lr, args.dense_lr, args.seed = 4, 0.3, 0.5, 11  # custom_loop's
     holding = "TFPS_TEST_HOLD_DIR" in os.environ
@@ -54,12 +56,17 @@ def main():
         sync_worker_fault.install_hold()
 
     strategy = tfps.distribute.strategy_from_tf_config()
+
+    def compile_model():
+        with strategy.scope():
+            model.compile(optimizer=keras.optimizers.SGD(args.dense_lr),
+                          loss=keras.losses.BinaryCrossentropy(from_logits=True),
+                          metrics=[keras.metrics.BinaryAccuracy(threshold=0.0)],
+                          steps_per_execution=args.steps_per_execution)
+
     with strategy.scope():
         model, embedding, head = custom_loop.build(args)
-        model.compile(optimizer=keras.optimizers.SGD(args.dense_lr),
-                      loss=keras.losses.BinaryCrossentropy(from_logits=True),
-                      metrics=[keras.metrics.BinaryAccuracy(threshold=0.0)],
-                      steps_per_execution=args.steps_per_execution)
+    compile_model()
     kernel_start = head.kernel.numpy().ravel().tolist()
 
     def dataset_fn(_):
@@ -69,8 +76,14 @@ def main():
     callbacks = [] if args.async_fit else [tfps.callbacks.SynchronousTraining()]
     if holding:
         callbacks.append(ArmTheHold(int(os.environ["TFPS_TEST_HOLD_STEP"])))
-    history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=args.epochs,
-                        steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=0)
+    data = keras.utils.experimental.DatasetCreator(dataset_fn)
+    epochs = args.epochs
+    if args.refit:
+        model.fit(data, epochs=1, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=0)
+        compile_model()
+        epochs -= 1
+    history = model.fit(data, epochs=epochs, steps_per_epoch=args.steps_per_epoch, callbacks=callbacks,
+                        verbose=0)
     args.steps = args.epochs * args.steps_per_epoch
     custom_loop.report(args, embedding, head, kernel_start, global_batch=args.batch_size)
     with open(args.rows_out) as f:

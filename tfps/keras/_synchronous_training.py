@@ -40,7 +40,7 @@ class SynchronousTraining(keras.callbacks.Callback):
 
     def __init__(self):
         super().__init__()
-        self._steps = None  # (model, workers, contribution functions, apply function)
+        self._steps = None  # ((model and what compile gave it), workers, contribution functions, apply)
         self._fit_train_function = None
         self._active = False
 
@@ -53,9 +53,12 @@ class SynchronousTraining(keras.callbacks.Callback):
             raise ValueError(f"SynchronousTraining: model '{model.name}' is not built; build it "
                              "(call it on a batch, or give its Input) before fit, so the "
                              "gradients it sums are known when training starts")
-        if self._steps is None or self._steps[0] is not model:
+        # A compile since the last fit brings a new optimizer, loss and metrics, which the
+        # step functions capture when they are traced.
+        compiled = (model, model.optimizer, model.compiled_loss, model.compiled_metrics)
+        if self._steps is None or any(a is not b for a, b in zip(self._steps[0], compiled)):
             with model.distribute_strategy.scope():
-                self._steps = (model, *_synchronous_step_functions(model, len(task_devices("worker"))))
+                self._steps = (compiled, *_synchronous_step_functions(model, len(task_devices("worker"))))
         if model.train_function is not self._train_function:
             self._fit_train_function = model.train_function
             model.train_function = self._train_function
@@ -69,7 +72,7 @@ class SynchronousTraining(keras.callbacks.Callback):
     def _train_function(self, iterator):
         if not self._active:  # a fit without this callback after one that ended in an error
             return self._fit_train_function(iterator)
-        model, workers, add_batch, apply_sum = self._steps
+        (model, *_), workers, add_batch, apply_sum = self._steps
         coordinator = model._cluster_coordinator  # pylint: disable=protected-access
         logs = None
         for _ in range(int(model._steps_per_execution.numpy())):  # pylint: disable=protected-access
@@ -110,6 +113,13 @@ def _synchronous_step_functions(model, workers):
     def apply_sum():
         # fit runs in the strategy's scope, where an optimizer cannot apply; on the chief,
         # strategy.run calls it in a replica context (its ops run on the parameter servers).
-        strategy.run(apply_in_replica_context)
+        # The strategy warns of a run not scheduled on a worker, which is what this is.
+        extended = strategy.extended
+        allowed = getattr(extended, "_allow_run_without_coordinator", False)
+        extended._allow_run_without_coordinator = True  # pylint: disable=protected-access
+        try:
+            strategy.run(apply_in_replica_context)
+        finally:
+            extended._allow_run_without_coordinator = allowed  # pylint: disable=protected-access
 
     return workers, [contribution_function(i) for i in range(workers)], apply_sum
