@@ -14,6 +14,7 @@ backs itself up with tfps.callbacks.IncrementalBackup (--backup_dir), so under
 tfps-launch a run whose parameter server dies restarts and resumes from its last backup.
 Checkpoints and backups go under --out_dir: by default a directory of this run's own (under
 tfps-launch, one per launch that its cluster restarts share), so no other run resumes them.
+With --sync the workers train in synchronous steps (tfps.callbacks.SynchronousTraining).
 """
 
 import argparse
@@ -170,6 +171,9 @@ def main():
     parser.add_argument("--dim", type=int, default=16, help="embedding width of every field")
     parser.add_argument("--learning_rate", type=float, default=0.3,
                         help="Adagrad's rate, for the table and the dense layers")
+    parser.add_argument("--sync", action="store_true",
+                        help="synchronous steps (tfps.callbacks.SynchronousTraining): each step takes "
+                             "one batch per worker and applies their summed gradient once")
     parser.add_argument("--worker_cache_rows", type=int, default=None,
                         help="keep up to this many hot rows on each worker (docs/keras.md, "
                              "'A worker cache of hot rows'); needs --max_staleness_steps")
@@ -219,9 +223,14 @@ def main():
         files = tfps.data.write_criteo(args.data_dir, args.num_files, args.rows_per_file, seed=0)
     train_files, eval_files = split_files(files)
     rows = sum(1 for f in train_files for _ in open(f))
-    steps = args.steps_per_epoch or max(1, rows // args.batch_size)
+    clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
+    # A synchronous step reads a batch on every worker.
+    step_batches = len(tfps.distribute.tf_config()["cluster"]["worker"]) if args.sync and clustered else 1
+    steps = args.steps_per_epoch or max(1, rows // (args.batch_size * step_batches))
     checkpoint_dir = args.checkpoint_dir
-    callbacks = [Throughput(steps * args.batch_size), EpochCheckpoint(checkpoint_dir)]
+    callbacks = [Throughput(steps * args.batch_size * step_batches), EpochCheckpoint(checkpoint_dir)]
+    if args.sync:
+        callbacks.append(tfps.callbacks.SynchronousTraining())
     if args.tensorboard_dir:
         try:
             import tensorboard  # noqa: F401  (tf.summary writes nothing without it)
@@ -243,7 +252,6 @@ def main():
     if args.fault_report:
         fault_report.record_checkpoint_restore(args.fault_report, trained_epochs, checkpoint_dir,
                                                model.get_layer("fields"))
-    clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
         def train_data(_=None):
             data = tfps.data.criteo_dataset(train_files, args.batch_size, shuffle_buffer=8192,
