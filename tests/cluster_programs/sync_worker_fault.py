@@ -25,7 +25,9 @@ from tfps.keras import _optimizer_bridge  # noqa: E402
 HOLD_DIR = os.environ["TFPS_TEST_HOLD_DIR"]
 HOLD_STEP = int(os.environ["TFPS_TEST_HOLD_STEP"])
 ARMED, HELD, EVENTS = (os.path.join(HOLD_DIR, name) for name in ("armed", "held", "events"))
-SPIN_LIMIT = 5_000_000  # file checks: a test that never kills the worker ends the hold
+# Turns of the hold, each a file lookup of some microseconds: a test that never kills the
+# worker still ends it.
+SPIN_LIMIT = 5_000_000
 
 
 def exists(path):
@@ -40,7 +42,8 @@ def hold_once():
     def hold():
         with tf.control_dependencies([tf.io.write_file(HELD, "1")]):
             with tf.control_dependencies([tf.io.write_file(EVENTS, "held 1\n")]):
-                return tf.while_loop(lambda i: tf.logical_and(i < SPIN_LIMIT, tf.logical_not(exists(HELD + ".end"))),
+                # Each turn looks for the held file, which paces the spin.
+                return tf.while_loop(lambda i: tf.logical_and(i < SPIN_LIMIT, exists(HELD)),
                                      lambda i: i + 1, [tf.constant(0)])[0]
     return tf.cond(tf.logical_and(exists(ARMED), tf.logical_not(exists(HELD))), hold, lambda: tf.constant(0))
 
