@@ -30,6 +30,37 @@ COMBINERS = (None, "sum", "mean", "sqrtn")
 UNSEEN = ("zeros", "initial")
 
 
+def _weights_like(weights, ids):
+    """`weights` of each ID in `ids` as float32 values matching them: for ragged IDs ragged
+    weights with the same row lengths, for sparse IDs sparse weights at the same indices
+    (their values returned), for dense IDs weights of the same shape; None stays None."""
+    if weights is None:
+        return None
+    form = type(ids).__name__
+    if isinstance(ids, tf.RaggedTensor):
+        if not isinstance(weights, tf.RaggedTensor):
+            raise TypeError(f"DynamicEmbedding: ragged IDs need ragged weights, got {type(weights).__name__}")
+        check = tf.debugging.assert_equal(weights.row_splits, tf.cast(ids.row_splits, weights.row_splits.dtype),
+                                          message="DynamicEmbedding: weights must have the IDs' row lengths")
+        values = weights.values
+    elif isinstance(ids, tf.SparseTensor):
+        if not isinstance(weights, tf.SparseTensor):
+            raise TypeError(f"DynamicEmbedding: sparse IDs need sparse weights, got {type(weights).__name__}")
+        check = tf.debugging.assert_equal(weights.indices, ids.indices,
+                                          message="DynamicEmbedding: weights must be at the IDs' indices")
+        values = weights.values
+    else:
+        if isinstance(weights, (tf.RaggedTensor, tf.SparseTensor)):
+            raise TypeError(f"DynamicEmbedding: dense IDs need dense weights, got {type(weights).__name__}")
+        values = tf.convert_to_tensor(weights)
+        check = tf.debugging.assert_equal(tf.shape(values), tf.shape(ids),
+                                          message="DynamicEmbedding: weights must have the IDs' shape")
+    if not (values.dtype.is_floating or values.dtype.is_integer):
+        raise TypeError(f"DynamicEmbedding: weights must be numbers, got {values.dtype.name} ({form} IDs)")
+    with tf.control_dependencies([check]):
+        return tf.cast(values, tf.float32)
+
+
 def _checked_namespace(namespace):
     """namespace as the layer uses it: None, "columns", a Python int or an int64 tensor."""
     if namespace is None or (isinstance(namespace, str) and namespace == "columns"):
@@ -99,10 +130,10 @@ class TableLookup:
         # then use this frozen table and stock ops only.
         self._serving_table = None
 
-    def call(self, inputs, training=None, namespace=None):
+    def call(self, inputs, training=None, namespace=None, weights=None):
         namespace = _checked_namespace(namespace)
         trains = self._trains(training)
-        return self._to_compute_dtype(self._lookup(inputs, trains, namespace))
+        return self._to_compute_dtype(self._lookup(inputs, trains, namespace, weights))
 
     def use_serving_table(self, frozen):
         """Lookups read `frozen` (a table tfps.export froze) with stock ops, or the table
@@ -128,7 +159,10 @@ class TableLookup:
             return outputs
         return tf.cast(outputs, self.compute_dtype)
 
-    def _lookup(self, inputs, trains, namespace):
+    def _lookup(self, inputs, trains, namespace, weights=None):
+        if weights is not None and self.combiner is None:
+            raise ValueError("DynamicEmbedding: weights weigh each ID in a combiner (sum, mean or "
+                             "sqrtn); this layer has none")
         if isinstance(inputs, tf.RaggedTensor):
             if inputs.ragged_rank != 1 or inputs.shape.rank != 2:
                 raise ValueError("DynamicEmbedding: ragged input must be [batch, (k)], got shape "
@@ -139,14 +173,14 @@ class TableLookup:
             rows = self._embed(inputs.values, trains, namespace)
             if self.combiner is None:
                 return tf.RaggedTensor.from_row_splits(rows, inputs.row_splits)
-            return self._combine(rows, inputs.value_rowids(), inputs.nrows())
+            return self._combine(rows, inputs.value_rowids(), inputs.nrows(), _weights_like(weights, inputs))
         if isinstance(inputs, tf.SparseTensor):
             if inputs.shape.rank != 2:
                 raise ValueError(f"DynamicEmbedding: sparse input must be [batch, k], got rank {inputs.shape.rank}")
             if self.combiner is None:
                 raise ValueError("DynamicEmbedding: sparse input needs a combiner (sum, mean or sqrtn)")
             rows = self._embed(inputs.values, trains, namespace, column=inputs.indices[:, 1])
-            return self._combine(rows, inputs.indices[:, 0], inputs.dense_shape[0])
+            return self._combine(rows, inputs.indices[:, 0], inputs.dense_shape[0], _weights_like(weights, inputs))
         inputs = tf.convert_to_tensor(inputs)
         if self.combiner is not None and inputs.shape.rank is not None and inputs.shape.rank < 2:
             raise ValueError("DynamicEmbedding: a combiner needs multi-hot input of rank >= 2 "
@@ -154,11 +188,18 @@ class TableLookup:
         rows = self._embed(inputs, trains, namespace)
         if self.combiner is None:
             return rows
+        weights = _weights_like(weights, inputs)
+        if weights is not None:
+            rows = rows * weights[..., None]
         summed = tf.reduce_sum(rows, axis=-2)
         if self.combiner == "sum":
             return summed
-        k = tf.cast(tf.shape(inputs)[-1], tf.float32)
-        return tf.math.divide_no_nan(summed, k if self.combiner == "mean" else tf.sqrt(k))
+        if weights is None:
+            k = tf.cast(tf.shape(inputs)[-1], tf.float32)
+            return tf.math.divide_no_nan(summed, k if self.combiner == "mean" else tf.sqrt(k))
+        scale = (tf.reduce_sum(weights, -1) if self.combiner == "mean"
+                 else tf.sqrt(tf.reduce_sum(tf.square(weights), -1)))
+        return tf.math.divide_no_nan(summed, scale[..., None])
 
     def _keys(self, ids, namespace, column=None):
         """Table keys of ids; column (int64, shape of ids) is needed for namespace='columns'."""
@@ -243,13 +284,19 @@ class TableLookup:
         if self.worker_cache is not None:
             self.worker_cache.flush(None if iterations is None else self.optimizer.learning_rate_at(iterations))
 
-    def _combine(self, rows, segment_ids, num_segments):
+    def _combine(self, rows, segment_ids, num_segments, weights=None):
+        """Each segment's rows combined; with weights (one per row), as
+        tf.nn.embedding_lookup_sparse with sp_weights: the weighted sum, over the sum of the
+        weights for mean and over the root of the sum of their squares for sqrtn."""
+        if weights is None:
+            weights = tf.ones_like(segment_ids, tf.float32)
+        else:
+            rows = rows * weights[:, None]
         summed = tf.math.unsorted_segment_sum(rows, segment_ids, num_segments)
         if self.combiner == "sum":
             return summed
-        counts = tf.math.unsorted_segment_sum(tf.ones_like(segment_ids, tf.float32), segment_ids,
-                                              num_segments)
-        scale = counts if self.combiner == "mean" else tf.sqrt(counts)
+        scale = (tf.math.unsorted_segment_sum(weights, segment_ids, num_segments) if self.combiner == "mean"
+                 else tf.sqrt(tf.math.unsorted_segment_sum(tf.square(weights), segment_ids, num_segments)))
         return tf.math.divide_no_nan(summed, scale[:, None])
 
     def compute_output_shape(self, input_shape):

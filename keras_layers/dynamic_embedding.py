@@ -23,12 +23,16 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
     training=False) nothing is inserted or updated, and an ID never seen reads as zeros
     (unseen="zeros") or as its initial value ("initial").
 
-    Inputs (call(inputs, namespace=None)):
+    Inputs (call(inputs, namespace=None, weights=None)):
       - dense int32/int64/uint64/string tensor of shape S: output S + [dim], or with a
         combiner, multi-hot along the last axis (rank >= 2): S[:-1] + [dim];
       - RaggedTensor [batch, (k)]: with a combiner [batch, dim] (an empty row gives zeros),
         without one a ragged [batch, (k), dim];
       - SparseTensor [batch, k] (needs a combiner): [batch, dim].
+    `weights` (with a combiner) weigh each ID, in the IDs' form: dense of their shape, ragged
+    with their row lengths, sparse at their indices; as tf.nn.embedding_lookup_sparse's
+    sp_weights, "sum" gives the weighted sum, "mean" divides it by the sum of the weights
+    and "sqrtn" by the root of the sum of their squares.
     `namespace` (an int, or an integer tensor of one per ID: of the IDs' shape, or of a
     ragged or sparse input's values) mixes a feature number into the keys, so several
     features share one table without colliding; namespace="columns" gives column j of a

@@ -241,3 +241,58 @@ def test_default_seeds_make_two_layers_start_independent_and_a_rebuilt_layer_sta
     assert not np.allclose(user, item)
     np.testing.assert_array_equal(initial_rows(name="user"), user)  # same name, same rows
     np.testing.assert_array_equal(initial_rows(name="a", seed=5), initial_rows(name="b", seed=5))
+
+
+def _weighted_batch(form):
+    """IDs (0 to 19, repeats within an example) and positive weights of 4 examples in
+    `form`, and the same as SparseTensors for tf.nn.embedding_lookup_sparse."""
+    rng = np.random.default_rng(5)
+    lengths = [3, 3, 3, 3] if form == "dense" else [1, 4, 2, 3]
+    ids = [rng.integers(0, 20, n).tolist() for n in lengths]
+    ids[1][2] = ids[1][0]  # a repeat
+    weights = [rng.uniform(0.2, 2.0, n).astype(np.float32).tolist() for n in lengths]
+    indices = [[i, j] for i, row in enumerate(ids) for j in range(len(row))]
+    shape = [len(ids), max(lengths)]
+    sparse = (tf.SparseTensor(indices, sum(ids, []), shape), tf.SparseTensor(indices, sum(weights, []), shape))
+    if form == "sparse":
+        return sparse, sparse
+    if form == "ragged":
+        return (tf.ragged.constant(ids, tf.int64), tf.ragged.constant(weights)), sparse
+    return (tf.constant(ids, tf.int64), tf.constant(weights)), sparse
+
+
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+@pytest.mark.parametrize("form", ["sparse", "ragged", "dense"])
+def test_weighted_combiners_match_embedding_lookup_sparse_and_train_as_it_does(form, combiner):
+    """Per-ID weights as tf.nn.embedding_lookup_sparse's sp_weights, on a variable of the
+    same rows: the outputs, and the rows after one SGD step on the same loss."""
+    start = np.random.default_rng(0).normal(size=(20, 3)).astype(np.float32)
+    (ids, weights), (sp_ids, sp_weights) = _weighted_batch(form)
+    layer = DynamicEmbedding(3, combiner=combiner, optimizer=tfps.optimizers.SGD(0.5))
+    layer.table.insert(np.arange(20, dtype=np.int64), start)
+    stock = tf.Variable(start)
+    pull = tf.constant(np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32))
+    with tf.GradientTape(persistent=True) as tape:
+        ours = layer(ids, weights=weights, training=True)
+        theirs = tf.nn.embedding_lookup_sparse(stock, sp_ids, sp_weights, combiner=combiner)
+        our_loss, their_loss = tf.reduce_sum(ours * pull), tf.reduce_sum(theirs * pull)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-6)
+    keras.optimizers.SGD(1.0).apply_gradients(
+        zip(tape.gradient(our_loss, layer.trainable_variables), layer.trainable_variables))
+    stock.assign_sub(0.5 * tf.convert_to_tensor(tape.gradient(their_loss, stock)))
+    trained = layer.table.find(np.arange(20, dtype=np.int64)).numpy()
+    np.testing.assert_allclose(trained, stock.numpy(), rtol=1e-6, atol=1e-6)
+    assert np.abs(trained - start).max() > 0.05  # the weighted rows moved
+
+
+def test_weights_that_do_not_match_the_ids_are_refused():
+    layer = DynamicEmbedding(3, combiner="sum")
+    ids = tf.ragged.constant([[1, 2], [3]], tf.int64)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="weights must have the IDs' row lengths"):
+        layer(ids, weights=tf.ragged.constant([[1.0], [2.0, 3.0]]))
+    with pytest.raises(TypeError, match="ragged IDs need ragged weights"):
+        layer(ids, weights=tf.constant([[1.0, 2.0], [3.0, 0.0]]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="weights must have the IDs' shape"):
+        layer(tf.constant([[1, 2]], tf.int64), weights=tf.constant([[1.0, 2.0, 3.0]]))
+    with pytest.raises(ValueError, match="weights weigh each ID in a combiner .* this layer has none"):
+        DynamicEmbedding(3)(tf.constant([[1, 2]], tf.int64), weights=tf.constant([[1.0, 2.0]]))

@@ -347,3 +347,27 @@ def test_serving_routes_keys_to_frozen_shards_as_training_does(num_shards, tmp_p
     rows, exists = frozen.find(tf.constant(np.append(keys, 12345)))
     np.testing.assert_array_equal(rows.numpy()[:-1], table.find(keys).numpy())
     assert exists.numpy()[:-1].all() and not exists.numpy()[-1]
+
+
+def test_a_weighted_ragged_feature_is_served_exactly_without_tfps(tmp_path):
+    """Per-ID weights (a ragged input beside the IDs) reach the served mean as in training."""
+    rng = np.random.default_rng(6)
+    lengths = rng.integers(0, 5, 64)  # empty rows too
+    ids_in = keras.Input((None,), dtype=tf.int64, ragged=True, name="items")
+    weights_in = keras.Input((None,), dtype=tf.float32, ragged=True, name="item_weights")
+    pooled = DynamicEmbedding(4, combiner="mean", name="item_table")(ids_in, weights=weights_in)
+    model = keras.Model({"items": ids_in, "item_weights": weights_in}, keras.layers.Dense(1, name="ctr")(pooled))
+    ids = tf.RaggedTensor.from_row_lengths(rng.integers(0, 30, lengths.sum()).astype(np.int64), lengths)
+    weights = tf.RaggedTensor.from_row_lengths(rng.uniform(0.1, 3.0, lengths.sum()).astype(np.float32), lengths)
+    model.compile("adam", "mse")
+    model.fit({"items": ids, "item_weights": weights}, rng.normal(size=64).astype(np.float32), batch_size=64,
+              epochs=3, verbose=0)
+    expected = model.predict({"items": ids, "item_weights": weights}, batch_size=64, verbose=0)
+    unweighted = model.predict({"items": ids, "item_weights": tf.ones_like(weights)}, batch_size=64, verbose=0)
+    assert np.abs(expected - unweighted).max() > 1e-3  # the weights change the output
+    report = tfps.export.save_for_serving(model, str(tmp_path / "weighted"))
+    served = serve_without_tfps(report["export_dir"], {
+        "items_values": ids.values.numpy(), "items_row_splits": ids.row_splits.numpy(),
+        "item_weights_values": weights.values.numpy(), "item_weights_row_splits": weights.row_splits.numpy()},
+        tmp_path)
+    np.testing.assert_allclose(served, expected, atol=1e-6)

@@ -26,7 +26,8 @@ def ids_to_keys(ids, namespace=0, owner="tfps", stock_ops=False):
     """
     if ids.dtype not in ID_DTYPES:
         raise TypeError(f"{owner}: IDs must be int32, int64, uint64 or string, got {ids.dtype.name}"
-                        + ("; cast float IDs to integers explicitly" if ids.dtype.is_floating else ""))
+                        + ("; cast float IDs to integers explicitly (per-ID weights go to the "
+                           "layer's weights=, beside the IDs)" if ids.dtype.is_floating else ""))
     if ids.dtype == tf.string:
         ids = fingerprint64(ids)
     if ids.dtype == tf.int64 and isinstance(namespace, int) and namespace == 0:
