@@ -36,29 +36,35 @@ def _weights_like(weights, ids):
     (their values returned), for dense IDs weights of the same shape; None stays None."""
     if weights is None:
         return None
-    form = type(ids).__name__
     if isinstance(ids, tf.RaggedTensor):
-        if not isinstance(weights, tf.RaggedTensor):
-            raise TypeError(f"DynamicEmbedding: ragged IDs need ragged weights, got {type(weights).__name__}")
-        check = tf.debugging.assert_equal(weights.row_splits, tf.cast(ids.row_splits, weights.row_splits.dtype),
-                                          message="DynamicEmbedding: weights must have the IDs' row lengths")
+        if not isinstance(weights, tf.RaggedTensor) or weights.shape.rank != 2 or weights.ragged_rank != 1:
+            raise TypeError("DynamicEmbedding: ragged IDs need ragged [batch, (k)] weights, got "
+                            f"{type(weights).__name__} of shape {weights.shape}")
+        check = _assert_same(weights.row_splits, tf.cast(ids.row_splits, weights.row_splits.dtype),
+                             "DynamicEmbedding: weights must have the IDs' row lengths")
         values = weights.values
     elif isinstance(ids, tf.SparseTensor):
         if not isinstance(weights, tf.SparseTensor):
             raise TypeError(f"DynamicEmbedding: sparse IDs need sparse weights, got {type(weights).__name__}")
-        check = tf.debugging.assert_equal(weights.indices, ids.indices,
-                                          message="DynamicEmbedding: weights must be at the IDs' indices")
+        check = _assert_same(weights.indices, ids.indices, "DynamicEmbedding: weights must be at the IDs' indices")
         values = weights.values
     else:
         if isinstance(weights, (tf.RaggedTensor, tf.SparseTensor)):
             raise TypeError(f"DynamicEmbedding: dense IDs need dense weights, got {type(weights).__name__}")
         values = tf.convert_to_tensor(weights)
-        check = tf.debugging.assert_equal(tf.shape(values), tf.shape(ids),
-                                          message="DynamicEmbedding: weights must have the IDs' shape")
+        check = _assert_same(tf.shape(values), tf.shape(ids), "DynamicEmbedding: weights must have the IDs' shape")
     if not (values.dtype.is_floating or values.dtype.is_integer):
-        raise TypeError(f"DynamicEmbedding: weights must be numbers, got {values.dtype.name} ({form} IDs)")
+        raise TypeError(f"DynamicEmbedding: weights must be numbers, got {values.dtype.name}")
     with tf.control_dependencies([check]):
         return tf.cast(values, tf.float32)
+
+
+def _assert_same(a, b, message):
+    """An assertion that integer tensors `a` and `b` are equal, shapes included."""
+    same_size = tf.equal(tf.size(a), tf.size(b))
+    same = tf.cond(same_size, lambda: tf.reduce_all(tf.equal(tf.reshape(a, [-1]), tf.reshape(b, [-1]))),
+                   lambda: tf.constant(False))
+    return tf.debugging.Assert(tf.logical_and(same, tf.equal(tf.rank(a), tf.rank(b))), [message])
 
 
 def _checked_namespace(namespace):

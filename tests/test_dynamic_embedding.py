@@ -290,7 +290,14 @@ def test_weights_that_do_not_match_the_ids_are_refused():
     ids = tf.ragged.constant([[1, 2], [3]], tf.int64)
     with pytest.raises(tf.errors.InvalidArgumentError, match="weights must have the IDs' row lengths"):
         layer(ids, weights=tf.ragged.constant([[1.0], [2.0, 3.0]]))
-    with pytest.raises(TypeError, match="ragged IDs need ragged weights"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="weights must have the IDs' row lengths"):
+        layer(ids, weights=tf.ragged.constant([[1.0], [2.0, 3.0], [4.0]]))  # a row more
+    with pytest.raises(TypeError, match=r"ragged IDs need ragged \[batch, \(k\)\] weights"):
+        layer(ids, weights=tf.ragged.constant([[[0.5], [1.0]], [[2.0]]], ragged_rank=1))
+    sparse_ids = tf.SparseTensor([[0, 0], [0, 1], [1, 0]], tf.constant([1, 2, 3], tf.int64), [2, 2])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="weights must be at the IDs' indices"):
+        layer(sparse_ids, weights=tf.SparseTensor([[0, 0], [1, 0]], [1.0, 2.0], [2, 2]))
+    with pytest.raises(TypeError, match=r"ragged IDs need ragged \[batch, \(k\)\] weights, got EagerTensor"):
         layer(ids, weights=tf.constant([[1.0, 2.0], [3.0, 0.0]]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="weights must have the IDs' shape"):
         layer(tf.constant([[1, 2]], tf.int64), weights=tf.constant([[1.0, 2.0, 3.0]]))

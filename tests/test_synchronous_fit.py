@@ -12,7 +12,11 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
+import tf_keras as keras
 
+import tfps
+from tfps.keras import _synchronous_training as synchronous_training
 from tests.test_custom_loop import ROOT, assert_same_bits, assert_trained_as_numpy, run_with_workers_killed_mid_add
 
 PROGRAM = os.path.join(ROOT, "tests", "cluster_programs", "pss_synchronous_fit.py")
@@ -63,3 +67,77 @@ def test_a_synchronous_fit_step_whose_worker_dies_mid_add_counts_one_batch_per_w
     assert_trained_as_numpy(out)
     assert out["iterations"] == EPOCHS * STEPS_PER_EPOCH
     assert_same_bits(out, synchronous_fit)
+
+
+class _Coordinator:
+    def schedule(self, fn, args):
+        return fn(*args)
+
+    def join(self):
+        pass
+
+
+class _ClusterModel:
+    """What the callback reads of a built, compiled model under ParameterServerStrategy."""
+    name, built, train_step = "m", True, keras.Model.train_step
+    optimizer, compiled_loss, compiled_metrics = object(), object(), object()
+    _cluster_coordinator = _Coordinator()
+    _steps_per_execution = tf.Variable(1)
+    distribute_strategy = tf.distribute.get_strategy()
+
+    def __init__(self):
+        self.train_function = self.own_train_function
+
+    def own_train_function(self, iterator):
+        return "asynchronous step"
+
+
+@pytest.fixture
+def cluster_model(monkeypatch):
+    steps = []
+    monkeypatch.setattr(synchronous_training, "_synchronous_step_functions",
+                        lambda model, workers: (1, [lambda it: steps.append("add")], lambda: steps.append("apply")))
+    monkeypatch.setattr(synchronous_training, "task_devices", lambda job: ["worker_0"])
+    return _ClusterModel(), steps
+
+
+def test_fits_with_and_without_the_callback_train_as_each_asks(cluster_model):
+    """The callback's train function is in place only during a fit that has the callback,
+    also when the callback is used twice and after a fit that raised (which skips
+    on_train_end): fit's own wrapper takes it back."""
+    model, steps = cluster_model
+    callback = tfps.callbacks.SynchronousTraining()
+    callback.set_model(model)
+
+    def fit(with_callback, fails=False):
+        def body(self):
+            if with_callback:
+                callback.on_train_begin()
+            result = self.train_function("iterator")
+            if fails:
+                raise RuntimeError("a step failed")
+            if with_callback:
+                callback.on_train_end()
+            return result
+        return synchronous_training.taking_back_after_fit(body)(model)
+
+    assert fit(True) is None and steps == ["add", "apply"]
+    assert fit(True) is None and steps == ["add", "apply"] * 2
+    assert fit(False) == "asynchronous step"
+    with pytest.raises(RuntimeError, match="a step failed"):
+        fit(True, fails=True)
+    assert steps == ["add", "apply"] * 3
+    assert fit(False) == "asynchronous step"
+    assert model.train_function == model.own_train_function
+
+
+def test_a_model_that_overrides_train_step_is_refused(cluster_model):
+    model, _ = cluster_model
+
+    class OwnStep(_ClusterModel):
+        def train_step(self, data):
+            return {}
+    callback = tfps.callbacks.SynchronousTraining()
+    callback.set_model(OwnStep())
+    with pytest.raises(ValueError, match="overrides train_step, which synchronous steps would not run"):
+        callback.on_train_begin()

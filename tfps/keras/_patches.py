@@ -28,6 +28,7 @@ from tfps.keras import _keras3_bridge as keras3_bridge
 from tfps.keras import _keras3_patches as keras3_patches
 from tfps.keras import _saving as keras_saving
 from tfps.keras import _optimizer_bridge as optimizer_bridge
+from tfps.keras import _synchronous_training as synchronous_training
 from tfps.keras import _worker_cache_flush as worker_cache_flush
 from tfps.keras import _xla as xla
 
@@ -73,9 +74,11 @@ PATCHES = (
           functools.partial(keras_saving.warning_dense_only, what="sets"),
           "the same for set_weights"),
     Patch("tf_keras.Model", "fit",
-          lambda fit: exact_evaluation.refusing_validation_steps(worker_cache_flush.flushing_worker_caches(fit)),
+          lambda fit: synchronous_training.taking_back_after_fit(
+              exact_evaluation.refusing_validation_steps(worker_cache_flush.flushing_worker_caches(fit))),
           "pushes the worker caches of a model's tables before each epoch's validation and end, "
-          "and refuses validation_steps with exact evaluation under ParameterServerStrategy"),
+          "refuses validation_steps with exact evaluation under ParameterServerStrategy, and "
+          "puts fit's own train function back after a fit with SynchronousTraining, however it ends"),
     Patch("tf_keras.callbacks.BackupAndRestore", "on_train_begin",
           incremental_backup.refusing_step_backups_under_pss,
           "BackupAndRestore(save_freq=N), which tf_keras never runs under "

@@ -8,9 +8,13 @@ over every worker's batch) and sets it as its numbered contribution of a
 GradientAccumulator shared by the workers; the chief joins them and applies their sum
 with the model's optimizer once. A function that the coordinator runs again after its
 worker failed replaces its contribution, so each step counts one batch per contribution.
-The callback swaps fit's train function at the start of training and restores it at the
-end; in one process, fit's steps already run in order, and it changes nothing.
+The callback swaps fit's train function at the start of training, and it is put back
+when fit ends (a wrapper of Model.fit, since a fit that raises skips on_train_end); in
+one process, fit's steps already run in order, and it changes nothing.
 """
+
+import functools
+import weakref
 
 import tensorflow as tf
 import tf_keras as keras
@@ -20,66 +24,98 @@ from tfps.keras._accumulation import GradientAccumulator
 from tfps.table.sharded_table import task_devices
 
 
+# Each model whose fit a SynchronousTraining callback switched: (the synchronous train
+# function it installed, fit's own that it replaced).
+_INSTALLED = weakref.WeakKeyDictionary()
+
+
 class SynchronousTraining(keras.callbacks.Callback):
     """Makes `fit` under ParameterServerStrategy train synchronously.
 
         model.fit(data, epochs=..., steps_per_epoch=...,
                   callbacks=[tfps.callbacks.SynchronousTraining()])
 
-    Each step, every worker computes the gradient of its next batch from the same rows and
-    variables; the sum is applied once, so N workers with batches of B train as one
-    process with batches of N x B (the loss of each batch is divided by N: batches of
-    equal size). A step waits for its slowest worker; steps_per_execution steps run per
-    call of fit's train function, each joined and applied before the next. Metrics are
-    updated by every batch, as in asynchronous fit. A worker that fails mid-step makes the
-    coordinator run its function again on another worker, which reads that worker's next
-    batch; the step still counts one batch per worker. Tables with a worker cache are
-    refused (a worker's copies are refreshed by its own applies). The model must be built
-    before fit (its variables are known when training starts).
+    Each step schedules one function per worker; each takes the next batch of the worker
+    that runs it and computes its gradient from the same rows and variables, and the sum
+    is applied once, so N workers with batches of B train as one process with batches of
+    N x B. Each batch's loss is divided by N, which makes the step's loss the mean over
+    the global batch for a mean-reduced loss (Keras' default) and batches of equal size.
+    A step waits for its slowest worker; steps_per_execution steps run per call of fit's
+    train function, each joined and applied before the next. Metrics are updated by every
+    batch, as in asynchronous fit. A worker that fails mid-step makes the coordinator run
+    its function again on another worker, which reads that worker's next batch; the step
+    still counts one batch per contribution (the metrics may count the lost attempt's
+    batch too). The step is the default one (forward, compiled loss, gradient, metrics):
+    a model that overrides train_step is refused, as are tables with a worker cache (a
+    worker's copies are refreshed by its own applies). The model must be built before
+    fit. fit's own train function is back when fit ends, however it ends.
     """
 
     def __init__(self):
         super().__init__()
         self._steps = None  # ((model and what compile gave it), workers, contribution functions, apply)
-        self._fit_train_function = None
-        self._active = False
 
     def on_train_begin(self, logs=None):
         model = self.model
-        coordinator = getattr(model, "_cluster_coordinator", None)
-        if coordinator is None:
+        if getattr(model, "_cluster_coordinator", None) is None:
             return  # one process: fit's steps run in order already
         if not model.built:
             raise ValueError(f"SynchronousTraining: model '{model.name}' is not built; build it "
                              "(call it on a batch, or give its Input) before fit, so the "
                              "gradients it sums are known when training starts")
+        if type(model).train_step is not keras.Model.train_step:
+            raise ValueError(f"SynchronousTraining: model '{model.name}' overrides train_step, which "
+                             "synchronous steps would not run: they take each batch's default "
+                             "forward, compiled loss and gradient; train it asynchronously or in a "
+                             "custom loop with tfps.GradientAccumulator(contributions=...)")
         # A compile since the last fit brings a new optimizer, loss and metrics, which the
         # step functions capture when they are traced.
         compiled = (model, model.optimizer, model.compiled_loss, model.compiled_metrics)
         if self._steps is None or any(a is not b for a, b in zip(self._steps[0], compiled)):
             with model.distribute_strategy.scope():
                 self._steps = (compiled, *_synchronous_step_functions(model, len(task_devices("worker"))))
-        if model.train_function is not self._train_function:
-            self._fit_train_function = model.train_function
-            model.train_function = self._train_function
-        self._active = True
+        _, workers, add_batch, apply_sum = self._steps
+        take_back(model)  # one installed by an earlier fit with another instance
+        _INSTALLED[model] = (_train_function(model, workers, add_batch, apply_sum), model.train_function)
+        model.train_function = _INSTALLED[model][0]
 
     def on_train_end(self, logs=None):
-        self._active = False
-        if self.model.train_function is self._train_function and self._fit_train_function is not None:
-            self.model.train_function = self._fit_train_function
+        take_back(self.model)
 
-    def _train_function(self, iterator):
-        if not self._active:  # a fit without this callback after one that ended in an error
-            return self._fit_train_function(iterator)
-        (model, *_), workers, add_batch, apply_sum = self._steps
-        coordinator = model._cluster_coordinator  # pylint: disable=protected-access
+
+def take_back(model):
+    """Puts fit's own train function back if a SynchronousTraining callback switched it."""
+    synchronous, own = _INSTALLED.pop(model, (None, None))
+    if synchronous is not None and model.train_function is synchronous:
+        model.train_function = own
+
+
+def taking_back_after_fit(original):
+    """Wraps Model.fit: a fit that raises skips on_train_end, and a later fit without the
+    callback would still train synchronously; so fit's own train function comes back here
+    however fit ends."""
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            take_back(self)
+
+    return fit
+
+
+def _train_function(model, workers, add_batch, apply_sum):
+    coordinator = model._cluster_coordinator  # pylint: disable=protected-access
+
+    def train_function(iterator):
         logs = None
         for _ in range(int(model._steps_per_execution.numpy())):  # pylint: disable=protected-access
             logs = [coordinator.schedule(add_batch[i], args=(iterator,)) for i in range(workers)][-1]
             coordinator.join()  # every worker's gradient of this step is in the sum
             apply_sum()  # here: a scheduled apply would run again if its worker failed
         return logs
+    return train_function
 
 
 def _synchronous_step_functions(model, workers):
