@@ -4,7 +4,8 @@ applied once, checked against the NumPy model of tests/test_custom_loop.py. Ever
 reads the same fixed batch (tests/cluster_programs/pss_synchronous_fit.py), so a step's
 gradient is that batch's whichever worker reads what, and the run equals one process
 training on that batch; that each step read a batch on every worker is counted by the
-metric."""
+metric. Without a cluster, a stand-in model checks when the callback's train function is
+in place (only during a fit that has the callback, however the fit ends)."""
 
 import json
 import os
