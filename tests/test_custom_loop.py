@@ -60,11 +60,13 @@ def numpy_training(out):
     return rows, slots, kernel, bias
 
 
-def run_example(tmp_path, *flags, workers=None):
-    """Runs the example (under tfps-launch with `workers` workers and 2 parameter servers,
-    or in this process's way without TF_CONFIG); returns what --rows_out wrote."""
+def run_example(tmp_path, *flags, workers=None, program=EXAMPLE):
+    """Runs the example, or another `program` writing what its --rows_out does (under
+    tfps-launch with `workers` workers and 2 parameter servers, or in this process's way
+    without TF_CONFIG); returns what --rows_out wrote."""
     rows_out = tmp_path / "rows.json"
-    command = [EXAMPLE, "--steps", str(STEPS), "--rows_out", str(rows_out), *flags]
+    steps = ["--steps", str(STEPS)] if program == EXAMPLE else []
+    command = [program, *steps, "--rows_out", str(rows_out), *flags]
     if workers:
         command = ["-m", "tfps.launch", "--num_ps", "2", "--num_workers", str(workers),
                    "--log_dir", str(tmp_path / "logs"), *command]

@@ -7,10 +7,7 @@ training on that batch; that each step read a batch on every worker is counted b
 metric. Without a cluster, a stand-in model checks when the callback's train function is
 in place (only during a fit that has the callback, however the fit ends)."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -18,24 +15,15 @@ import tf_keras as keras
 
 import tfps
 from tfps.keras import _synchronous_training as synchronous_training
-from tests.test_custom_loop import ROOT, assert_same_bits, assert_trained_as_numpy, run_with_workers_killed_mid_add
+from tests.test_custom_loop import (ROOT, assert_same_bits, assert_trained_as_numpy, run_example,
+                                    run_with_workers_killed_mid_add)
 
 PROGRAM = os.path.join(ROOT, "tests", "cluster_programs", "pss_synchronous_fit.py")
 STEPS_PER_EPOCH, EPOCHS, BATCH = 10, 2, 32
 
 
 def run(directory, *flags, launched=True):
-    rows_out = directory / "rows.json"
-    command = [PROGRAM, "--rows_out", str(rows_out), *flags]
-    if launched:
-        command = ["-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2", "--log_dir",
-                   str(directory / "logs"), *command]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
-    env.pop("TF_CONFIG", None)
-    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=300, env=env,
-                          cwd=str(directory))
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return json.loads(rows_out.read_text())
+    return run_example(directory, *flags, workers=2 if launched else None, program=PROGRAM)
 
 
 @pytest.fixture(scope="module")
