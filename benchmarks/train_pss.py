@@ -48,12 +48,14 @@ LEARNING_RATE = 0.2  # the same for the tfps table, the stock embedding and dens
 GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)
 SPEED_TARGET, AUC_TOLERANCE, BYTES_TARGET, CACHE_BYTES_TARGET = 1.5, 0.002, 1.1, 0.5
 KINDS = ("tfps", "tfps_cached", "stock", "dense")
-CACHE = {"worker_cache_rows": 1 << 18, "max_staleness_steps": 9}  # --cache_rows, --staleness
+# --cache_rows, --staleness, --transfer_dtype
+CACHE = {"worker_cache_rows": 1 << 18, "max_staleness_steps": 9, "transfer_dtype": "float32"}
 
 
 def cache_flags():
     """The worker cache's flags, for the processes that run one model."""
-    return ["--cache_rows", str(CACHE["worker_cache_rows"]), "--staleness", str(CACHE["max_staleness_steps"])]
+    return ["--cache_rows", str(CACHE["worker_cache_rows"]), "--staleness", str(CACHE["max_staleness_steps"]),
+            "--transfer_dtype", CACHE["transfer_dtype"]]
 
 
 def criteo_like(seed=None):
@@ -267,10 +269,13 @@ def main():
                         help="tfps_cached: the worker cache's rows per worker")
     parser.add_argument("--staleness", type=int, default=CACHE["max_staleness_steps"],
                         help="tfps_cached: max_staleness_steps, how many steps a cached row may lag")
+    parser.add_argument("--transfer_dtype", choices=("float32", "bfloat16"), default=CACHE["transfer_dtype"],
+                        help="tfps_cached: what its rows and gradients travel as")
     args = parser.parse_args()
     if args.cache_rows < 1 or args.staleness < 0:
         parser.error(f"--cache_rows must be >= 1 and --staleness >= 0, got {args.cache_rows} and {args.staleness}")
-    CACHE.update(worker_cache_rows=args.cache_rows, max_staleness_steps=args.staleness)
+    CACHE.update(worker_cache_rows=args.cache_rows, max_staleness_steps=args.staleness,
+                 transfer_dtype=args.transfer_dtype)
     if args.model:
         return run_one(args.model, args.steps, args.seed, args.launched)
     parts = args.parts.split(",")

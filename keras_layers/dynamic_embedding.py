@@ -70,6 +70,12 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
         for hot IDs, at copies up to max_staleness_steps steps behind them; 0 trains
         exactly as without a cache. model.fit pushes what the caches hold at the end of
         every epoch; a custom loop calls flush_worker_cache().
+      transfer_dtype: what a training step's rows and gradients travel as between a worker
+        and the parameter servers: "float32" (the default, exact) or "bfloat16", half the
+        bytes per row each way. Training then reads rows rounded to bfloat16 (8 significant
+        bits) and the parameter servers apply gradients rounded so; the tables keep float32,
+        and inference, checkpoints and exports read them exactly. With a worker cache, the
+        copies start from the rounded rows and the pushed sums are rounded.
     """
 
     _keras = keras
@@ -77,14 +83,14 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
                  key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
                  admission=None, eviction=None, max_rows=None, worker_cache_rows=None,
-                 max_staleness_steps=None, **kwargs):
+                 max_staleness_steps=None, transfer_dtype="float32", **kwargs):
         # IDs are not activations: as a stock Embedding, no cast to the compute dtype, so a
         # float ID tensor reaches the lookup's check as the dtype the caller gave.
         kwargs["autocast"] = False
         super().__init__(**kwargs)
         self._init_table_lookup(dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                                 embeddings_regularizer, admission, eviction, max_rows,
-                                worker_cache_rows, max_staleness_steps)
+                                worker_cache_rows, max_staleness_steps, transfer_dtype)
 
     def _check_strategy(self, strategy):
         optimizer_bridge.check_strategy(strategy, self.name)

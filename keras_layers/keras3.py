@@ -48,7 +48,7 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
                  key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
                  admission=None, eviction=None, max_rows=None, worker_cache_rows=None,
-                 max_staleness_steps=None, **kwargs):
+                 max_staleness_steps=None, transfer_dtype="float32", **kwargs):
         _check_backend()
         kwargs["autocast"] = False  # IDs are not activations (see the tf_keras layer)
         super().__init__(**kwargs)
@@ -60,9 +60,15 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
                 f"DynamicEmbedding '{self.name}': worker_cache_rows caches rows of parameter "
                 "servers on each worker, and the Keras 3 layer's table lives in this process; "
                 "leave it None (the tf_keras layer takes it under ParameterServerStrategy)")
+        if str(transfer_dtype) not in ("float32", "<dtype: 'float32'>"):
+            raise ValueError(
+                f"DynamicEmbedding '{self.name}': transfer_dtype={transfer_dtype!r} is what rows "
+                "travel as to and from parameter servers, and the Keras 3 layer's table lives in "
+                "this process; leave it float32 (the tf_keras layer takes it under "
+                "ParameterServerStrategy)")
         self._init_table_lookup(dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                                 embeddings_regularizer, admission, eviction, max_rows,
-                                worker_cache_rows, max_staleness_steps)
+                                worker_cache_rows, max_staleness_steps, transfer_dtype)
 
     def _check_strategy(self, strategy):
         if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):

@@ -104,3 +104,11 @@ class RowOptimizer:
             mom = momentum * slots[1] + lr * g / np.sqrt(ms + eps)
             return value - mom, np.stack([ms, mom])
         raise ValueError(self.name)
+
+
+def bfloat16_rounded(x):
+    """`x` rounded to bfloat16 (float32's top 16 bits, round to nearest, ties to even), as
+    float64: from the format's definition, not TensorFlow's cast."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)

@@ -40,14 +40,17 @@ def data():
 
 
 def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=None, clip_row_norm=None,
-                 l2=0.0, min_count=None):
+                 l2=0.0, min_count=None, transfer=None):
     """Rows, slots and per-row step counts after STEPS of: prediction = (sum of the row of
     each field's ID) . kernel + bias, loss = mean squared error (+ l2 * the squared norm of
     each distinct row the step looks up), the table optimizer on rows (at learning rate
     table_lr_at(step), if given; each row's gradient clipped to clip_row_norm, if given) and
     SGD on kernel and bias. Float64. With min_count, an ID has a row only from the step its
     occurrences so far reach min_count; before, it reads zeros and gets no gradient (rows,
-    slots and steps then hold just the admitted IDs)."""
+    slots and steps then hold just the admitted IDs). With `transfer` (a rounding function),
+    the rows a step reads and the gradients sent to the table (before its clipping) pass
+    through it: what a table's transfer_dtype does to them."""
+    transfer = transfer or (lambda x: x)
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
     row_optimizer = RowOptimizer(optimizer_name.split("_")[0], DIM, hp.pop("lr"), **hp)
@@ -64,7 +67,7 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=No
         for k in batch_ids.reshape(-1):
             occurred[int(k)] += 1
         admitted |= {k for k, n in occurred.items() if min_count is not None and n >= min_count}
-        row = {k: rows[k] if k in admitted else np.zeros(DIM) for k in rows}
+        row = {k: transfer(rows[k]) if k in admitted else np.zeros(DIM) for k in rows}
         summed = np.stack([sum(row[int(k)] for k in example) for example in batch_ids])
         residual = 2.0 * (summed @ kernel + bias - y) / len(y)
         row_gradients = {}
@@ -73,7 +76,7 @@ def numpy_oracle(optimizer_name, ids, labels, kernel, bias, seed, table_lr_at=No
                 if int(k) in admitted:
                     row_gradients[int(k)] = row_gradients.get(int(k), 0.0) + r * kernel
         for k in row_gradients:
-            row_gradients[k] = row_gradients[k] + 2.0 * l2 * rows[k]
+            row_gradients[k] = transfer(row_gradients[k] + 2.0 * l2 * row[k])  # the row the step read
             norm = np.linalg.norm(row_gradients[k])
             if clip_row_norm is not None and norm > clip_row_norm:
                 row_gradients[k] = row_gradients[k] * clip_row_norm / norm

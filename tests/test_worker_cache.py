@@ -15,10 +15,12 @@ from tests.test_sparse_updates import (DIM, HEAD_LR, KERAS_SGD, MODES, TABLE_OPT
 
 
 def cached_training_oracle(optimizer_name, ids, labels, kernel, seed, staleness, capacity,
-                           copy_rate_scale=1):
+                           copy_rate_scale=1, transfer=None):
     """Rows, slots and the head's kernel after the batches, simulating each step's cache as
     the module docstring of tfps.table._worker_cache describes it (the copies trained at
-    copy_rate_scale times the table's rate). Float64."""
+    copy_rate_scale times the table's rate). Float64. With `transfer` (a rounding
+    function), pulled rows and pushed gradients pass through it (a table's transfer_dtype)."""
+    transfer = transfer or (lambda x: x)
     _, hp = TABLE_OPTIMIZERS[optimizer_name]
     hp = dict(hp)
     rate = hp.pop("lr")
@@ -34,7 +36,7 @@ def cached_training_oracle(optimizer_name, ids, labels, kernel, seed, staleness,
     def push(gradients):
         for k, g in gradients.items():
             steps[k] += 1
-            rows[k], slots[k] = row_optimizer.apply(rows[k], slots[k], g, steps[k])
+            rows[k], slots[k] = row_optimizer.apply(rows[k], slots[k], transfer(g), steps[k])
 
     for step, (batch_ids, y) in enumerate(zip(ids, labels), start=1):
         read = {}
@@ -42,7 +44,7 @@ def cached_training_oracle(optimizer_name, ids, labels, kernel, seed, staleness,
             if k in cache:
                 read[k] = cache[k][0]
             else:
-                read[k] = rows[k].copy()
+                read[k] = transfer(rows[k]).copy()
                 if len(cache) < capacity:
                     cache[k] = [read[k], row_optimizer.initial_slots(), 0]
         summed = np.stack([sum(read[int(k)] for k in example) for example in batch_ids])

@@ -19,6 +19,7 @@ from tests.test_sparse_updates import KERAS_SGD, STEPS, build_model, data, mse  
 from tfps._ops import ops  # noqa: E402
 
 STALENESS, CAPACITY = 2, int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+TRANSFER_DTYPE = sys.argv[2] if len(sys.argv) > 2 else "float32"
 WORKER = "/job:worker/replica:0/task:0/device:CPU:0"
 
 
@@ -27,6 +28,20 @@ def trained(layer, head, kernel0):
     return {"keys": rows.keys.numpy().tolist(), "values": rows.values.numpy().tolist(),
             "slots": rows.slots.numpy().tolist(), "kernel": head.kernel.numpy()[:, 0].tolist(),
             "kernel0": kernel0.tolist(), "seed": layer.seed}
+
+
+def casts(table):
+    """[device, from, to] of each cast in a training lookup's and an update's graph: where
+    the rows and gradients change dtype, so which dtype crosses to and from each PS."""
+    keys = tf.constant([1, 2, 3], tf.int64)
+
+    @tf.function
+    def lookup_and_update():
+        table.apply_gradients(keys, tf.ones_like(table.find_or_insert(keys)))
+
+    graph = lookup_and_update.get_concrete_function().graph
+    return sorted([op.device, op.get_attr("SrcT").name, op.get_attr("DstT").name]
+                  for op in graph.get_operations() if op.type == "Cast")
 
 
 def cached_rows(cache, device):
@@ -40,7 +55,7 @@ def main():
     with tfps.distribute.local_cluster(num_workers=1, num_ps=2) as strategy:
         with strategy.scope():
             model, layer, head = build_model("adagrad", worker_cache_rows=CAPACITY,
-                                             max_staleness_steps=STALENESS)
+                                             max_staleness_steps=STALENESS, transfer_dtype=TRANSFER_DTYPE)
             model.compile(optimizer=KERAS_SGD["current"](), loss="mse", steps_per_execution=4)
         kernel0 = head.kernel.numpy()[:, 0].copy()
         batches = lambda _: tf.data.Dataset.from_tensor_slices((ids, labels)).repeat()  # noqa: E731
@@ -55,7 +70,7 @@ def main():
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         with strategy.scope():
             model, layer, head = build_model("adagrad", worker_cache_rows=CAPACITY,
-                                             max_staleness_steps=STALENESS)
+                                             max_staleness_steps=STALENESS, transfer_dtype=TRANSFER_DTYPE)
             optimizer = KERAS_SGD["legacy"]()
         kernel0 = head.kernel.numpy()[:, 0].copy()
 
@@ -79,6 +94,7 @@ def main():
         layer.flush_worker_cache(optimizer.iterations)
         out["cached_rows_after_flush"] = cached_rows(layer.worker_cache, WORKER)
         out["custom_loop"] = trained(layer, head, kernel0)
+        out["casts"] = casts(layer.table)
     json.dump(out, sys.stdout)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be stopped; end the process without waiting

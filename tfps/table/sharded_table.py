@@ -11,6 +11,23 @@ from tfps.table import keys as keys_lib
 from tfps.table.dynamic_table import DynamicTable, TableRows, config_from_proto, config_proto
 
 _SHARD_PREFIX = "shard_"
+# What training's rows and gradients may cross between a worker and the parameter servers
+# as. float16 is not offered: a step's gradient of a row is often below its smallest
+# normal number (6e-5), where its precision runs out; bfloat16 has float32's range.
+TRANSFER_DTYPES = (tf.float32, tf.bfloat16)
+
+
+def check_transfer_dtype(value, owner):
+    """`value` as one of TRANSFER_DTYPES, or ValueError naming it."""
+    try:
+        dtype = tf.as_dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype not in TRANSFER_DTYPES:
+        raise ValueError(f"{owner}: transfer_dtype must be float32 or bfloat16, got {value!r}"
+                         + (" (float16 would lose small gradients: use bfloat16)"
+                            if dtype == tf.float16 else ""))
+    return dtype
 
 
 def task_devices(job, strategy=None):
@@ -56,10 +73,16 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
       max_rows: a cap on the table's rows, split evenly over the shards (None: none).
       devices: one device per shard; None means the current strategy's PS tasks (one
         local shard when there are none).
+      transfer_dtype: what training's rows (find_or_insert) and gradients (apply_gradients)
+        travel as between the calling device and the shards: float32, or bfloat16 (half the
+        bytes; the rows a training lookup returns and the gradients the shards apply are
+        rounded to it, the shards keep float32). find, export and serving stay float32.
     """
 
     def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0, name="table",
-                 devices=None, admission=None, eviction=None, max_rows=None):
+                 devices=None, admission=None, eviction=None, max_rows=None,
+                 transfer_dtype=tf.float32):
+        self.transfer_dtype = check_transfer_dtype(transfer_dtype, "ShardedTable")
         self._devices = list(devices) if devices is not None else parameter_server_devices()
         max_rows = eviction_lib.check_max_rows(max_rows, "ShardedTable", eviction_lib.get(eviction))
         shard_caps = eviction_lib.split_max_rows(max_rows, len(self._devices))
@@ -153,13 +176,16 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         key's count grows by its `occurrences` (int64 S) or by 1. With `return_admitted`,
         also a bool S mask of the keys that have a row (see DynamicTable.find_or_insert)."""
         flat, shape = _flattened(keys)
+        sent = lambda rows, admitted: (tf.cast(rows, self.transfer_dtype), admitted)  # noqa: E731
         if occurrences is None:
-            found, positions = self.per_shard(lambda t, k: t.find_or_insert(k, return_admitted=True), flat)
+            found, positions = self.per_shard(lambda t, k: sent(*t.find_or_insert(k, return_admitted=True)),
+                                              flat)
         else:
             found, positions = self.per_shard(
-                lambda t, k, o: t.find_or_insert(k, o, return_admitted=True), flat,
+                lambda t, k, o: sent(*t.find_or_insert(k, o, return_admitted=True)), flat,
                 tf.reshape(tf.cast(occurrences, tf.int64), [-1]))
-        values = self._shaped(self._gather_back(positions, [rows for rows, _ in found]), shape)
+        rows = tf.cast(self._gather_back(positions, [rows for rows, _ in found]), tf.float32)
+        values = self._shaped(rows, shape)
         if not return_admitted:
             return values
         return values, tf.reshape(self._gather_back(positions, [a for _, a in found]), shape)
@@ -179,9 +205,10 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
 
     def apply_gradients(self, keys, gradients, step=-1, learning_rate=None):
         """Applies each shard's optimizer to its unique keys [n] with gradients [n, dim]
-        (at `learning_rate`, None: the optimizer's own)."""
-        return tf.group(self.per_shard(lambda t, k, g: t.apply_gradients(k, g, step, learning_rate),
-                                        keys, gradients)[0])
+        (at `learning_rate`, None: the optimizer's own), sent as `transfer_dtype`."""
+        return tf.group(self.per_shard(
+            lambda t, k, g: t.apply_gradients(k, tf.cast(g, tf.float32), step, learning_rate),
+            keys, tf.cast(gradients, self.transfer_dtype))[0])
 
     def insert(self, keys, values):
         return tf.group(self.per_shard(lambda t, k, v: t.insert(k, v), keys, values)[0])
