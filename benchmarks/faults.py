@@ -1,6 +1,6 @@
-"""Fault injection: the main job (examples/train_ctr.py) and the streaming example
-(examples/stream_ctr.py) under tfps-launch, with one task killed per round at a random
-moment, as users run them.
+"""Fault injection: the main job (examples/train_ctr.py, asynchronous or with --sync) and
+the streaming example (examples/stream_ctr.py) under tfps-launch, with one task killed per
+round at a random moment, as users run them.
 
     python benchmarks/faults.py --rounds 20                 # random kinds, jobs alternating
     python benchmarks/faults.py --kinds ps,worker,chief,mid_backup,mid_restore,stopped_ps --jobs stream
@@ -73,6 +73,9 @@ JOBS = {
     # 3 training files, the 4th evaluates.
     "train": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "2"], 2,
                  3 * ROWS_PER_FILE // BATCH, "fields", "eval over"),
+    # The same in synchronous steps (SynchronousTraining): each step reads a batch on both workers.
+    "train_sync": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "2", "--sync"], 2,
+                      3 * ROWS_PER_FILE // (2 * BATCH), "fields", "eval over"),
     "stream": Job("stream_ctr", ["--examples", str(6 * STREAM_CHUNK_STEPS * BATCH),
                                  "--chunk", str(STREAM_CHUNK_STEPS * BATCH), "--eval_examples", str(10 * BATCH)],
                   6, STREAM_CHUNK_STEPS, "ids_table", "stream done",
@@ -247,7 +250,7 @@ def run_round(kind, job, index, rng, work, data_dir):
     start = time.monotonic()
     log = open(os.path.join(out, "launcher.out"), "w")
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
-    result = {"job": job.name, "kind": kind, "round": index}
+    result = {"job": job.name, "sync": "--sync" in job.arguments, "kind": kind, "round": index}
     try:
         result["fault"], result["signalled"] = inject(kind, job, rng, launch_id, report, launcher)
         stdout, _ = launcher.communicate(timeout=900)
@@ -303,7 +306,8 @@ def main(argv=None):
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help="comma-separated kinds; with --rounds beyond their number, drawn at random")
     parser.add_argument("--jobs", default="train,stream",
-                        help="comma-separated jobs (train: train_ctr.py, stream: stream_ctr.py), taken in turn")
+                        help="comma-separated jobs (train: train_ctr.py, train_sync: train_ctr.py --sync, "
+                        "stream: stream_ctr.py), taken in turn")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work_dir", default=None)
     args = parser.parse_args(argv)
@@ -337,7 +341,7 @@ def main(argv=None):
     print("\n| round | job | fault | outcome | rc | restores | steps lost | rows compared | rows differing | s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['round']} | {r['job']} | {r.get('fault', r.get('error'))} | {'ok' if r['ok'] else 'FAILED'} | {r['rc']} | "
+        print(f"| {r['round']} | {r['job']}{' --sync' if r['sync'] else ''} | {r.get('fault', r.get('error'))} | {'ok' if r['ok'] else 'FAILED'} | {r['rc']} | "
               f"{r['restores']} | {r['steps_lost']} | {r['rows_compared']} | {r['rows_differing']} | {r['seconds']} |")
     failed = [r for r in results if not r["ok"]]
     print(f"\n{len(results) - len(failed)} of {len(results)} rounds ok; work in {work}")
