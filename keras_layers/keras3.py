@@ -15,6 +15,7 @@ from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.keras import _patches as patches
 from tfps.keras._early_stopping import TableSnapshots
 from tfps.keras_layers._table_lookup import TableLookup
+from tfps.table.sharded_table import check_transfer_dtype
 
 patches.apply_keras3()
 
@@ -60,12 +61,12 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
                 f"DynamicEmbedding '{self.name}': worker_cache_rows caches rows of parameter "
                 "servers on each worker, and the Keras 3 layer's table lives in this process; "
                 "leave it None (the tf_keras layer takes it under ParameterServerStrategy)")
-        if str(transfer_dtype) not in ("float32", "<dtype: 'float32'>"):
+        if check_transfer_dtype(transfer_dtype, f"DynamicEmbedding '{self.name}'") != tf.float32:
             raise ValueError(
                 f"DynamicEmbedding '{self.name}': transfer_dtype={transfer_dtype!r} is what rows "
-                "travel as to and from parameter servers, and the Keras 3 layer's table lives in "
-                "this process; leave it float32 (the tf_keras layer takes it under "
-                "ParameterServerStrategy)")
+                "travel as between workers and parameter servers, and the Keras 3 layer cannot "
+                "train under ParameterServerStrategy; leave it float32 (the tf_keras layer "
+                "takes it)")
         self._init_table_lookup(dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                                 embeddings_regularizer, admission, eviction, max_rows,
                                 worker_cache_rows, max_staleness_steps, transfer_dtype)

@@ -284,7 +284,7 @@ def test_a_tf_train_checkpoint_of_the_model_restores_every_row(tmp_path):
 def test_strategies_worker_caches_and_tf_keras_tensors_are_refused_with_the_way_out():
     with pytest.raises(ValueError, match="worker_cache_rows caches rows of parameter servers"):
         DynamicEmbedding(DIM, worker_cache_rows=100, max_staleness_steps=2)
-    with pytest.raises(ValueError, match="transfer_dtype='bfloat16' is what rows travel as"):
+    with pytest.raises(ValueError, match="transfer_dtype='bfloat16' is what rows travel as between workers and parameter servers"):
         DynamicEmbedding(DIM, transfer_dtype="bfloat16")
     with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
         with pytest.raises(ValueError, match="MirroredStrategy is not supported by the Keras 3 layer"):

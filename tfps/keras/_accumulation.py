@@ -164,11 +164,12 @@ def _refuse_worker_caches(variables):
         owner = optimizer_bridge.owner_of(variable)
         if getattr(owner, "worker_cache", None) is not None:
             raise ValueError(
-                f"GradientAccumulator: DynamicEmbedding '{owner.name}' has a worker cache "
+                f"Synchronous training: DynamicEmbedding '{owner.name}' has a worker cache "
                 f"(worker_cache_rows={owner.worker_cache.capacity}), whose copies each worker "
-                "refreshes when it applies a step; with shared_by_workers=True the chief applies "
-                "every step, so the workers would read their first copies forever. Train "
-                "synchronously without a worker cache")
+                "refreshes when it applies a step; in synchronous steps (tfps.callbacks."
+                "SynchronousTraining, or a GradientAccumulator with shared_by_workers=True) the "
+                "chief applies every step, so the workers would read their first copies forever. "
+                "Train synchronously without a worker cache")
 
 
 def _of_table(total):
