@@ -46,7 +46,8 @@ def dlrm_towers(dense, embedded, dim):
     return keras.layers.Dense(1, activation="sigmoid")(x)
 
 
-def build_model(strategy, dim, learning_rate, worker_cache_rows=None, max_staleness_steps=None):
+def build_model(strategy, dim, learning_rate, worker_cache_rows=None, max_staleness_steps=None,
+                transfer_dtype="float32"):
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with strategy.scope():
         dense = keras.Input((tfps.data.NUM_DENSE,), name="dense_features")
@@ -54,7 +55,8 @@ def build_model(strategy, dim, learning_rate, worker_cache_rows=None, max_stalen
         # The reader already put each field in its own namespace; one table serves all 26.
         embedded = tfps.keras_layers.DynamicEmbedding(
             dim, optimizer=tfps.optimizers.Adagrad(learning_rate), name="fields",
-            worker_cache_rows=worker_cache_rows, max_staleness_steps=max_staleness_steps)(categorical)
+            worker_cache_rows=worker_cache_rows, max_staleness_steps=max_staleness_steps,
+            transfer_dtype=transfer_dtype)(categorical)
         model = keras.Model([dense, categorical], dlrm_towers(dense, embedded, dim))
         model.compile(optimizer=keras.optimizers.legacy.Adagrad(learning_rate), loss="binary_crossentropy",
                       metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss(name="log_loss")],
@@ -179,6 +181,9 @@ def main():
                              "'A worker cache of hot rows'); needs --max_staleness_steps")
     parser.add_argument("--max_staleness_steps", type=int, default=None,
                         help="steps a worker reads a cached row after pulling it")
+    parser.add_argument("--transfer_dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="what rows and gradients travel as between workers and parameter servers "
+                             "(docs/keras.md: bfloat16 halves their bytes)")
     parser.add_argument("--out_dir", default=None,
                         help="where checkpoints and backups go by default (default: a directory of "
                              "this run's own; under tfps-launch, one per launch)")
@@ -213,7 +218,7 @@ def main():
 
     strategy = tfps.distribute.strategy_from_tf_config()  # ps/worker tasks serve here
     model = build_model(strategy, args.dim, args.learning_rate, args.worker_cache_rows,
-                        args.max_staleness_steps)
+                        args.max_staleness_steps, args.transfer_dtype)
     config = tfps.distribute.tf_config()
     if config and config["task"]["type"] == "evaluator":
         return evaluate_checkpoints(model, args)  # reads the data the chief wrote
