@@ -20,6 +20,7 @@ from tfps.table import _stock_ops as stock_ops
 from tfps.table.sharded_table import ShardedTable, check_transfer_dtype
 from tfps.table.dynamic_table import TableRows
 from tfps.table import _worker_cache as worker_cache_lib
+from tfps.table import _lookup_routes as lookup_routes
 
 try:
     from tensorflow.python.eager.record import could_possibly_record
@@ -235,7 +236,11 @@ class TableLookup:
             if self.worker_cache is not None:
                 found, admitted = self.worker_cache.lookup(unique, occurrences)
             else:
-                found, admitted = self.table.find_or_insert(unique, occurrences, return_admitted=True)
+                routing = self.table.route(unique)
+                found, admitted = self.table.find_or_insert(unique, occurrences, return_admitted=True,
+                                                            routing=routing)
+                if self.admission is None:  # the gradient's keys are `keys` themselves
+                    lookup_routes.ROUTES.add(self.table, keys, unique, routing)
             if self.admission is None:
                 admitted = None  # every key has a row: nothing to mask
             elif self.unseen == "zeros":
@@ -281,8 +286,15 @@ class TableLookup:
         """Applies the proxy's gradient (IndexedSlices over keys) to the table at the table
         optimizer's learning rate for the Keras optimizer's step `iterations`; called by the
         Keras optimizer's apply step through tfps.keras._optimizer_bridge."""
-        return optimizer_bridge.apply_to_table(self.worker_cache or self.table, gradient, unique,
-                                               self.optimizer.learning_rate_at(iterations))
+        learning_rate = self.optimizer.learning_rate_at(iterations)
+        lookup, sums = lookup_routes.summed_per_key(gradient) if self.worker_cache is None else (None, None)
+        if lookup is None or lookup.table is not self.table:
+            return optimizer_bridge.apply_to_table(self.worker_cache or self.table, gradient, unique,
+                                                   learning_rate)
+        # The gradient of one lookup: the update goes where the lookup went, its keys not
+        # partitioned or sent to the parameter servers again.
+        return self.table.apply_gradients(lookup.unique, sums, learning_rate=learning_rate,
+                                          routing=lookup.routing)
 
     def flush_worker_cache(self, iterations=None):
         """Pushes the gradient sums every worker's cache holds to the parameter servers and

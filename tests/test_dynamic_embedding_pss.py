@@ -68,7 +68,7 @@ def test_backup_and_restore_resumes_with_the_backed_up_tables(tmp_path):
 @pytest.mark.parametrize("optimizer,steps_per_execution",
                          [("legacy-adagrad", 1), ("legacy-adagrad", 10), ("sgd", 1), ("sgd", 10),
                           ("legacy-rmsprop", 10)])
-def test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_same_rows(
+def test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_and_updates_along_its_lookup(
         optimizer, steps_per_execution):
     out = run_cluster_program("pss_matches_stock_embedding.py", optimizer, str(steps_per_execution))
     assert out["table_shards"] == 2
@@ -76,3 +76,10 @@ def test_sharded_table_under_pss_trains_exactly_like_a_stock_embedding_from_the_
     assert np.abs(ours - initial).max() > 1e-3  # the rows really trained
     np.testing.assert_allclose(ours, stock, rtol=0, atol=1e-6)
     np.testing.assert_allclose(out["tfps_kernel"], out["stock_kernel"], rtol=0, atol=1e-6)
+    # The update sends each PS the very tensor of keys its lookup sent (the runtime then
+    # transfers it once), not keys partitioned again.
+    sent = out["keys_sent_by_device"]
+    assert sorted(sent) == [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(2)]
+    for ops in sent.values():
+        assert len(ops["Tfps>TableFindOrInsert"]) == 1
+        assert ops["Tfps>TableApplyGradients"] == ops["Tfps>TableFindOrInsert"]

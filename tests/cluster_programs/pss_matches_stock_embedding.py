@@ -1,8 +1,8 @@
 """Run by tests/test_dynamic_embedding_pss.py: one worker, two PS. Trains a DynamicEmbedding
 model (table sharded over both PS) and the same model on a stock Keras Embedding whose rows
 start from the table's initial values, on the same batches, through model.fit; prints both
-models' embedding rows and output kernels. With one worker the steps run in order, so the
-two must agree exactly.
+models' embedding rows and output kernels (with one worker the steps run in order, so the
+two must agree exactly), and which key tensors a traced step of the tfps model sends each PS.
 
 Usage: pss_matches_stock_embedding.py OPTIMIZER STEPS_PER_EXECUTION, OPTIMIZER one of
 legacy-adagrad (keras.optimizers.legacy.Adagrad), legacy-rmsprop (with momentum, which
@@ -60,6 +60,27 @@ def build(embedding_kind, strategy, optimizer, steps_per_execution):
     return model, layer
 
 
+def keys_sent_by_device(strategy, model):
+    """{PS device: {table op: [the tensors it takes as keys]}} in a traced step of `model`
+    (lookup and update): whether the update sends a PS the tensor its lookup sent."""
+    @tf.function
+    def step(features, labels):
+        def replica_step(features, labels):
+            with tf.GradientTape() as tape:
+                loss = model.compiled_loss(labels, model(features, training=True))
+            gradients = tape.gradient(loss, model.trainable_variables)
+            model.optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        strategy.run(replica_step, (features, labels))
+
+    graph = step.get_concrete_function(
+        (tf.TensorSpec([None, 2]), tf.TensorSpec([None, FIELDS], tf.int64)), tf.TensorSpec([None])).graph
+    sent = {}
+    for op in graph.get_operations():
+        if op.type in ("Tfps>TableFindOrInsert", "Tfps>TableApplyGradients"):
+            sent.setdefault(op.device, {}).setdefault(op.type, []).append(op.inputs[1].name)
+    return sent
+
+
 def main():
     optimizer, steps_per_execution = sys.argv[1], int(sys.argv[2])
     with tfps.distribute.local_cluster(num_workers=1, num_ps=2) as strategy:
@@ -79,7 +100,8 @@ def main():
                    "stock_rows": embedding_layer.embeddings.numpy().tolist(),
                    "tfps_kernel": ours.layers[-1].kernel.numpy().tolist(),
                    "stock_kernel": stock.layers[-1].kernel.numpy().tolist(),
-                   "table_shards": table_layer.table.num_shards},
+                   "table_shards": table_layer.table.num_shards,
+                   "keys_sent_by_device": keys_sent_by_device(strategy, ours)},
                   sys.stdout)
     sys.stdout.flush()
     os._exit(0)  # in-process servers cannot be stopped; end the process without waiting

@@ -24,6 +24,7 @@ import weakref
 
 import tensorflow as tf
 
+from tfps.table import _lookup_routes as lookup_routes
 from tfps.table import keys as keys_lib
 
 _OWNER_ATTRIBUTE = "_tfps_table_owner"
@@ -133,6 +134,25 @@ def bridged(original, unique, check=None):
             return original(self, distribution, others, *args, **kwargs)
 
     return apply
+
+
+def deduplicating(original):
+    """Wraps a current optimizer's _deduplicate_sparse_grad: a table's gradient over the
+    keys of its lookup is summed per key in one pass (bit for bit as tf.unique with
+    unsorted_segment_sum) and carries the lookup's distinct keys, so that its update
+    reuses the lookup's routing; every other gradient is deduplicated as before."""
+
+    @functools.wraps(original)
+    def deduplicate(self, grads):
+        deduplicated = []
+        for grad in grads:
+            lookup, sums = (lookup_routes.summed_per_key(grad) if isinstance(grad, tf.IndexedSlices)
+                            else (None, None))
+            deduplicated.append(original(self, [grad])[0] if lookup is None
+                                else tf.IndexedSlices(sums, lookup.unique, grad.dense_shape))
+        return deduplicated
+
+    return deduplicate
 
 
 def refusing(original):

@@ -56,6 +56,10 @@ PATCHES = (
                             check=optimizer_bridge.check_current_optimizer),
           "sends a DynamicEmbedding's gradient to its table's optimizer inside the Keras "
           "optimizer's apply (current optimizers)"),
+    Patch("tf_keras.src.optimizers.optimizer.Optimizer", "_deduplicate_sparse_grad",
+          optimizer_bridge.deduplicating,
+          "sums a table's gradient per key in one pass, over its lookup's distinct keys, so "
+          "the update reuses the lookup's routing to the parameter servers (current optimizers)"),
     Patch("tf_keras.src.optimizers.legacy.optimizer_v2.OptimizerV2", "_distributed_apply",
           functools.partial(optimizer_bridge.bridged, unique=False),
           "the same for the legacy optimizers"),

@@ -1,5 +1,6 @@
 """A dynamic table split into shards, one per parameter-server task."""
 
+import collections
 import concurrent.futures
 
 import tensorflow as tf
@@ -56,6 +57,11 @@ def on_every_shard(calls):
         return [call() for call in calls]
     with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
         return list(pool.map(lambda call: call(), calls))
+
+
+class Routing(collections.namedtuple("Routing", ["keys", "shard", "positions", "shard_keys"])):
+    """int64 keys [n], each one's shard (int32 [n]; None with one shard), and per shard the
+    positions of its keys in `keys` and those keys."""
 
 
 @registration.register_serializable(package="tfps", name="ShardedTable")
@@ -147,22 +153,33 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def num_slots(self):
         return self._shards[0].num_slots
 
-    def _partition(self, keys, *tensors):
-        """Per shard: (positions in keys, keys, *tensors) of the keys routed to it."""
+    def route(self, keys):
+        """Where each of int64 `keys` [n] goes: a Routing that per_shard takes for these keys
+        again, so a lookup's update partitions only its gradients and sends its parameter
+        servers the very key tensors the lookup sent (the runtime transfers each once)."""
         keys = as_int64_keys(keys)
         if self.num_shards == 1:
-            return [(None, keys) + tensors]
+            return Routing(keys, None, [None], [keys])
         shard = keys_lib.shard_of(keys, self.num_shards)
         positions = tf.dynamic_partition(tf.range(tf.size(keys)), shard, self.num_shards)
-        parts = [tf.dynamic_partition(t, shard, self.num_shards) for t in (keys,) + tensors]
-        return [(positions[i],) + tuple(p[i] for p in parts) for i in range(self.num_shards)]
+        return Routing(keys, shard, positions, tf.dynamic_partition(keys, shard, self.num_shards))
 
-    def per_shard(self, fn, keys, *tensors):
+    def _partition(self, keys, *tensors, routing=None):
+        """Per shard: (positions in keys, keys, *tensors) of the keys routed to it."""
+        routing = routing or self.route(keys)
+        if routing.shard is None:
+            return [(None, routing.shard_keys[0]) + tensors]
+        parts = [tf.dynamic_partition(t, routing.shard, self.num_shards) for t in tensors]
+        return [(routing.positions[i], routing.shard_keys[i]) + tuple(p[i] for p in parts)
+                for i in range(self.num_shards)]
+
+    def per_shard(self, fn, keys, *tensors, routing=None):
         """fn(shard table, its keys, *its slices of tensors) on each shard's device: the
-        results, and the positions of each shard's keys in `keys` (None: all of them)."""
+        results, and the positions of each shard's keys in `keys` (None: all of them).
+        routing: `keys`' Routing from route(), if the caller has it."""
         results, positions = [], []
         for table, device, (shard_positions, *parts) in zip(
-                self._shards, self._devices, self._partition(keys, *tensors)):
+                self._shards, self._devices, self._partition(keys, *tensors, routing=routing)):
             with tf.device(device):
                 results.append(fn(table, *parts))
             positions.append(shard_positions)
@@ -171,19 +188,19 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def _gather_back(self, positions, pieces):
         return pieces[0] if positions[0] is None else tf.dynamic_stitch(positions, pieces)
 
-    def find_or_insert(self, keys, occurrences=None, return_admitted=False):
+    def find_or_insert(self, keys, occurrences=None, return_admitted=False, routing=None):
         """Rows of integer keys of any shape S, inserting new ones: float32 S + [dim]; each
         key's count grows by its `occurrences` (int64 S) or by 1. With `return_admitted`,
-        also a bool S mask of the keys that have a row (see DynamicTable.find_or_insert)."""
+        also a bool S mask of the keys that have a row (see DynamicTable.find_or_insert).
+        routing: route() of the keys (flattened), if the caller keeps it for the update."""
         flat, shape = _flattened(keys)
-        sent = lambda rows, admitted: (tf.cast(rows, self.transfer_dtype), admitted)  # noqa: E731
-        if occurrences is None:
-            found, positions = self.per_shard(lambda t, k: sent(*t.find_or_insert(k, return_admitted=True)),
-                                              flat)
-        else:
-            found, positions = self.per_shard(
-                lambda t, k, o: sent(*t.find_or_insert(k, o, return_admitted=True)), flat,
-                tf.reshape(tf.cast(occurrences, tf.int64), [-1]))
+        counts = () if occurrences is None else (tf.reshape(tf.cast(occurrences, tf.int64), [-1]),)
+
+        def sent(table, shard_keys, *shard_counts):
+            rows, admitted = table.find_or_insert(shard_keys, *shard_counts, return_admitted=True)
+            return tf.cast(rows, self.transfer_dtype), admitted
+
+        found, positions = self.per_shard(sent, flat, *counts, routing=routing)
         rows = tf.cast(self._gather_back(positions, [rows for rows, _ in found]), tf.float32)
         values = self._shaped(rows, shape)
         if not return_admitted:
@@ -203,12 +220,13 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def _shaped(self, rows, shape):
         return tf.reshape(rows, tf.concat([shape, [self._dim]], 0))
 
-    def apply_gradients(self, keys, gradients, step=-1, learning_rate=None):
+    def apply_gradients(self, keys, gradients, step=-1, learning_rate=None, routing=None):
         """Applies each shard's optimizer to its unique keys [n] with gradients [n, dim]
-        (at `learning_rate`, None: the optimizer's own), sent as `transfer_dtype`."""
+        (at `learning_rate`, None: the optimizer's own), sent as `transfer_dtype`.
+        routing: route() of these keys, if the caller has it (a lookup's)."""
         return tf.group(self.per_shard(
             lambda t, k, g: t.apply_gradients(k, tf.cast(g, tf.float32), step, learning_rate),
-            keys, tf.cast(gradients, self.transfer_dtype))[0])
+            keys, tf.cast(gradients, self.transfer_dtype), routing=routing)[0])
 
     def insert(self, keys, values):
         return tf.group(self.per_shard(lambda t, k, v: t.insert(k, v), keys, values)[0])
