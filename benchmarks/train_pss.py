@@ -22,10 +22,11 @@ bytes against the uncached model's.
 
 traffic: each model, and the dense one, trains under tfps-launch (2 workers, 2 PS, a
 process each); per parameter server and per step it prints the remote calls and the bytes
-sent and received (benchmarks/traffic.py says how they are counted). The table's bytes are the model's less the dense model's;
-tfps's are held against the step's unique keys: per key, its 8 bytes into the PS and its
-row out for the lookup, its 8 bytes and its gradient into the PS for the update. It also
-prints each task's CPU time per step (with the RPC logging on, which adds to each).
+sent and received (benchmarks/traffic.py says how they are counted). The table's bytes are
+the model's less the dense model's; tfps's are held against the step's unique keys: per
+key, its 8 bytes into the PS and its row out for the lookup, its gradient into the PS for
+the update. It also prints each task's CPU time per step (with the RPC logging on, which
+adds to each).
 """
 
 import argparse
@@ -192,9 +193,9 @@ def unique_keys_per_step(data_seed, num_shards, batches=50):
 
 
 def cycle_floor(data_seed, cycle_steps, cycles=12):
-    """The least table bytes per step any cache that pulls and pushes each row once per
-    cycle can reach, over uncached training's: the mean distinct keys of a cycle of
-    `cycle_steps` batches of the stream over `cycle_steps` times a batch's, in float32."""
+    """The mean distinct keys of a cycle of `cycle_steps` batches of the stream over
+    `cycle_steps` times a batch's: the share of a step's keys that any cache pulling and
+    pushing each row once per cycle sends."""
     import tensorflow as tf
     import tfps
     batches = criteo_like(seed=data_seed).take(cycles * cycle_steps)
@@ -238,7 +239,9 @@ def report_traffic(steps, seed):
         cpu = record["cpu_ms_per_step"]
         common.emit({"cpu_ms_per_step": kind, **cpu, "all_tasks": round(sum(cpu.values()), 2),
                      "note": "with TensorFlow's RPC logging on, which adds to every task"})
-    key_bytes = 8 + 8 + 2 * 4 * DIM  # a key's lookup and update: key, row, key, gradient
+    # A key's own bytes in a step: the key once (the update reuses the lookup's keys on
+    # the PS), its row out and its gradient in.
+    key_bytes = 8 + 2 * 4 * DIM
     unique = sum(records["tfps"]["unique_keys_per_shard"])
     table_bytes = {}
     for kind in ("tfps", "tfps_cached", "stock"):
@@ -256,9 +259,10 @@ def report_traffic(steps, seed):
     all_bytes = {kind: totals[kind]["sent"] + totals[kind]["received"] for kind in totals}
     # What caching alone can save on this data; bfloat16 transfers halve each row's bytes
     # on top (a key's 8 bytes each way stay).
-    floor = cycle_floor(1000 * seed, CACHE["max_staleness_steps"] + 1)
-    if CACHE["transfer_dtype"] == "bfloat16":
-        floor *= (2 * 8 + 2 * 2 * DIM) / key_bytes
+    # A cache sends a key with its pull and again with its push, and its row and gradient
+    # in the transfer dtype.
+    cached_key_bytes = 2 * 8 + 2 * (2 if CACHE["transfer_dtype"] == "bfloat16" else 4) * DIM
+    floor = cycle_floor(1000 * seed, CACHE["max_staleness_steps"] + 1) * cached_key_bytes / key_bytes
     common.emit({"summary": f"worker cache ({CACHE}): table bytes per step <= "
                  f"{CACHE_BYTES_TARGET}x the uncached table's", "ratio": round(cache_ratio, 3),
                  "all_ps_bytes_ratio": round(all_bytes["tfps_cached"] / all_bytes["tfps"], 3),
