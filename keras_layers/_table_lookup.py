@@ -240,7 +240,7 @@ class TableLookup:
                 found, admitted = self.table.find_or_insert(unique, occurrences, return_admitted=True,
                                                             routing=routing)
                 if self.admission is None:  # the gradient's keys are `keys` themselves
-                    lookup_routes.ROUTES.add(self.table, keys, unique, routing)
+                    lookup_routes.record(self.table, keys, unique, routing)
             if self.admission is None:
                 admitted = None  # every key has a row: nothing to mask
             elif self.unseen == "zeros":

@@ -14,7 +14,7 @@ import tf_keras as keras
 
 import tfps
 from tests.test_sparse_updates import KERAS_SGD, build_model, mse
-from tfps.table._lookup_routes import LookupRoutes
+from tfps.table import _lookup_routes as lookup_routes
 
 TABLE_LR = 0.5
 
@@ -92,33 +92,28 @@ def test_a_gradient_applied_apart_from_its_lookup_updates_its_own_keys(family, t
     np.testing.assert_allclose(layer.table.find(tf.constant([3, 4], tf.int64)).numpy(), expected, rtol=1e-6)
 
 
-def test_routes_match_the_lookups_own_tensors_and_hold_their_keys_weakly():
-    routes = LookupRoutes(capacity=4)  # entries: two per lookup
+def test_a_lookup_is_found_from_its_own_tensors_only_and_lives_as_long_as_its_keys():
     table = object()
     keys, unique = tf.constant([3, 1, 3], tf.int64), tf.constant([3, 1], tf.int64)
-    routes.add(table, keys, unique, "routing")
-    lookup, summed = routes.of(keys)
+    lookup_routes.record(table, keys, unique, "routing")
+    lookup, summed = lookup_routes.lookup_of(keys)
     assert lookup.table is table and lookup.unique is unique and lookup.routing == "routing" and not summed
-    assert routes.of(unique)[1] is True
-    assert routes.of(tf.constant([3, 1, 3], tf.int64)) == (None, False)  # equal values, another tensor
+    assert lookup_routes.lookup_of(unique) == (lookup, True)
+    assert lookup_routes.lookup_of(tf.constant([3, 1, 3], tf.int64)) == (None, False)  # equal values
 
     @tf.function
     def through_identity():
         graph_keys = tf.constant([1, 1], tf.int64)
-        routes.add(table, graph_keys, tf.constant([1], tf.int64), "graph routing")
-        assert routes.of(tf.identity(tf.identity(graph_keys)))[0].routing == "graph routing"
-        assert routes.of(graph_keys + 0) == (None, False)
+        lookup_routes.record(table, graph_keys, tf.constant([1], tf.int64), "graph routing")
+        assert lookup_routes.lookup_of(tf.identity(tf.identity(graph_keys)))[0].routing == "graph routing"
+        assert lookup_routes.lookup_of(graph_keys + 0) == (None, False)
 
     through_identity.get_concrete_function()
-    freed = weakref.ref(keys)
-    del keys
+    freed = weakref.ref(lookup)
+    del keys, lookup
     gc.collect()
-    assert freed() is None  # the routes kept no reference to it
-    later = [tf.constant([i], tf.int64) for i in range(2)]
-    for k in later:
-        routes.add(table, k, k, "later")
-    assert routes.of(unique) == (None, False)  # the oldest entries went past the capacity
-    assert routes.of(later[1])[0].routing == "later"
+    assert freed() is None  # nothing but its keys kept it
+    assert lookup_routes.lookup_of(unique) == (None, False)
 
 
 def test_the_update_of_a_model_trained_by_fit_matches_the_rows_computed_by_hand():
