@@ -78,7 +78,7 @@ int CollapseIntoHugePages(void* begin, size_t bytes) {
   return madvise(begin, bytes, MADV_COLLAPSE) == 0 ? 0 : errno;
 }
 
-void* RegionAllocator::Allocate(size_t bytes) {
+void* RegionAllocator::Allocate(size_t bytes, bool* recycled) {
   bytes = (bytes + 63) & ~size_t{63};
   std::lock_guard<std::mutex> lock(mu_);
   // Recycled regions first, in order; a block too large for the next one skips it.
@@ -97,6 +97,7 @@ void* RegionAllocator::Allocate(size_t bytes) {
   Region& region = regions_[current_];
   void* block = region.base + used_;
   used_ += bytes;
+  if (recycled != nullptr) *recycled = used_ <= region.handed_out;
   region.handed_out = std::max(region.handed_out, used_);
   return block;
 }

@@ -65,9 +65,11 @@ class RegionAllocator {
   RegionAllocator& operator=(const RegionAllocator&) = delete;
 
   // A 64-byte aligned block: zeroed when it comes from a fresh region, holding old
-  // contents when from a recycled one (callers write every byte they later read).
-  // Thread-safe. Throws AllocationFailure when no region can be mapped.
-  void* Allocate(size_t bytes);
+  // contents when from a recycled one (callers write every byte they later read);
+  // `recycled`, if given, says which: a recycled block's pages were handed out before, so
+  // they need no populating. Thread-safe. Throws AllocationFailure when no region can be
+  // mapped.
+  void* Allocate(size_t bytes, bool* recycled = nullptr);
   // Unmaps every region. The caller guarantees no block is in use.
   void ReleaseAll();
   // Keeps every region mapped (and backed) and hands them out again from the start, so a

@@ -124,6 +124,10 @@ struct Stripe {
   // Row arena: chunk c holds kFirstChunkRows << c rows, so a row number maps to its
   // chunk with one count-leading-zeros and rows never move as the arena grows.
   std::vector<char*> chunks;
+  // Whether each chunk's memory was handed out before a clear that kept it: BackRowsFrom
+  // does not populate its pages again (which walks their page tables, each time a worker
+  // cache empties).
+  std::vector<bool> chunk_recycled;
   uint64_t rows_used = 0;
   uint64_t rows_backed = 0;  // rows below this number have their pages populated
   uint64_t free_rows = 0;    // rows below rows_used that are not live
@@ -254,6 +258,7 @@ struct Stripe {
     DropSpare();
     chunks.clear();
     chunk_stamps.clear();
+    chunk_recycled.clear();
     std::vector<uint64_t>().swap(live);
     std::vector<uint32_t>().swap(word_stamps);
     std::vector<uint64_t>().swap(removed_keys);
@@ -337,7 +342,8 @@ struct Stripe {
     const uint64_t chunk_end = ChunkFirstRow(ChunkOf(r) + 1);
     const uint64_t piece = std::min<uint64_t>(kBackedPieceBytes / row_bytes, r / 32);
     const uint64_t end = std::min(chunk_end, r + std::max<uint64_t>(1, piece));
-    PopulateForWrite(Row(r, row_bytes), (end - r) * row_bytes);
+    // Memory handed out before a clear that kept it is backed already.
+    if (!chunk_recycled[ChunkOf(r)]) PopulateForWrite(Row(r, row_bytes), (end - r) * row_bytes);
     rows_backed = end;
   }
 
@@ -417,10 +423,13 @@ struct Stripe {
     while (ChunkFirstRow(chunks.size()) < rows_needed) {
       chunks.reserve(chunks.size() + 1);
       chunk_stamps.reserve(chunks.size() + 1);
+      chunk_recycled.reserve(chunks.size() + 1);
       const uint64_t rows = ChunkRows(chunks.size());
-      char* chunk = static_cast<char*>(row_memory->Allocate(rows * (row_bytes + sizeof(uint32_t))));
+      bool recycled = false;
+      char* chunk = static_cast<char*>(row_memory->Allocate(rows * (row_bytes + sizeof(uint32_t)), &recycled));
       chunks.push_back(chunk);
       chunk_stamps.push_back(reinterpret_cast<uint32_t*>(chunk + rows * row_bytes));
+      chunk_recycled.push_back(recycled);
     }
     const size_t words = (rows_needed + 63) / 64;
     if (words > live.size()) {

@@ -179,7 +179,9 @@ class WorkerCache:
 
     @staticmethod
     def _emptied(rows_table, sums_table):
-        return tf.group(ops.tfps_table_clear(rows_table), ops.tfps_table_clear(sums_table))
+        # Each cycle refills the tables to about the same size: they keep their memory.
+        return tf.group(ops.tfps_table_clear(rows_table, keep_memory=True),
+                        ops.tfps_table_clear(sums_table, keep_memory=True))
 
     def flush(self, learning_rate=None):
         """Pushes every worker's pending sums to the parameter servers now, at

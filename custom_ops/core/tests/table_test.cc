@@ -209,6 +209,27 @@ void TestClearKeepingMemoryReusesItForNewRows() {
   CHECK_TRUE(t.RowMemoryBytes() == 0 && t.MappedRowBytes() == 0);
 }
 
+// A recycled region hands out memory it handed out before as recycled (its pages need no
+// populating), and what lies past its old high-water mark, or in a fresh region, as not.
+void TestRecycledRegionsSayWhichBlocksWereHandedOutBefore() {
+  RegionAllocator memory(false);
+  bool recycled = true;
+  memory.Allocate(1 << 20, &recycled);
+  CHECK_TRUE(!recycled);
+  memory.Allocate(1 << 20, &recycled);
+  CHECK_TRUE(!recycled);
+  memory.RecycleAll();
+  memory.Allocate(1 << 20, &recycled);
+  CHECK_TRUE(recycled);
+  memory.Allocate(1 << 20, &recycled);
+  CHECK_TRUE(recycled);
+  memory.Allocate(64, &recycled);  // past what the region held before
+  CHECK_TRUE(!recycled);
+  memory.ReleaseAll();
+  memory.Allocate(64, &recycled);
+  CHECK_TRUE(!recycled);
+}
+
 // The saves a table's rows equal: a save or restore joins them while no row changes, and
 // an insert, an update, a removal or a clear ends them.
 void TestStateFollowsRowChanges() {
@@ -1021,6 +1042,7 @@ int main() {
   tfps::TestFindOrInsertCountsOccurrences();
   tfps::TestStateFollowsRowChanges();
   tfps::TestClearKeepingMemoryReusesItForNewRows();
+  tfps::TestRecycledRegionsSayWhichBlocksWereHandedOutBefore();
   tfps::TestFiniteCheckCoversEveryPosition();
   tfps::TestStripesGrowThroughStaggeredSizes();
   tfps::TestExportImportRoundTrip();

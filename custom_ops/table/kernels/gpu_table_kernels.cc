@@ -326,10 +326,15 @@ class GpuTableSetClockOp : public GpuTableOpKernel {
 
 class GpuTableClearOp : public GpuTableOpKernel {
  public:
-  using GpuTableOpKernel::GpuTableOpKernel;
-  absl::Status ComputeOnGpu(OpKernelContext*, gpu::GpuTable& table, cudaStream_t stream) override {
-    return FromGpu(table.Clear(stream));
+  explicit GpuTableClearOp(OpKernelConstruction* ctx) : GpuTableOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("keep_memory", &keep_memory_));
   }
+  absl::Status ComputeOnGpu(OpKernelContext*, gpu::GpuTable& table, cudaStream_t stream) override {
+    return FromGpu(table.Clear(stream, keep_memory_));
+  }
+
+ private:
+  bool keep_memory_ = false;
 };
 
 // Stats and Evict read the CPU table's admission and eviction state, which a GPU table

@@ -306,10 +306,15 @@ class TableSetClockOp : public TableOpKernel {
 
 class TableClearOp : public TableOpKernel {
  public:
-  using TableOpKernel::TableOpKernel;
-  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
-    table.Clear();
+  explicit TableClearOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("keep_memory", &keep_memory_));
   }
+  void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
+    table.Clear(keep_memory_);
+  }
+
+ private:
+  bool keep_memory_ = false;
 };
 
 // Base of export and import: also checks the num_slots attribute against the table.

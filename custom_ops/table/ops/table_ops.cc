@@ -209,6 +209,7 @@ REGISTER_OP("Tfps>TableSetClock")
 
 REGISTER_OP("Tfps>TableClear")
     .Input("table_handle: resource")
+    .Attr("keep_memory: bool = false")
     .SetShapeFn([](InferenceContext* c) { return ScalarInput(c, 0); });
 
 REGISTER_OP("Tfps>TableExport")
