@@ -59,9 +59,9 @@ def on_every_shard(calls):
         return list(pool.map(lambda call: call(), calls))
 
 
-class Routing(collections.namedtuple("Routing", ["keys", "shard", "positions", "shard_keys"])):
-    """int64 keys [n], each one's shard (int32 [n]; None with one shard), and per shard the
-    positions of its keys in `keys` and those keys."""
+class Routing(collections.namedtuple("Routing", ["shard", "positions", "shard_keys"])):
+    """Of int64 keys [n]: each one's shard (int32 [n]; None with one shard), and per shard
+    the positions of its keys among them and those keys."""
 
 
 @registration.register_serializable(package="tfps", name="ShardedTable")
@@ -159,10 +159,10 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         servers the very key tensors the lookup sent (the runtime transfers each once)."""
         keys = as_int64_keys(keys)
         if self.num_shards == 1:
-            return Routing(keys, None, [None], [keys])
+            return Routing(None, [None], [keys])
         shard = keys_lib.shard_of(keys, self.num_shards)
         positions = tf.dynamic_partition(tf.range(tf.size(keys)), shard, self.num_shards)
-        return Routing(keys, shard, positions, tf.dynamic_partition(keys, shard, self.num_shards))
+        return Routing(shard, positions, tf.dynamic_partition(keys, shard, self.num_shards))
 
     def _partition(self, keys, *tensors, routing=None):
         """Per shard: (positions in keys, keys, *tensors) of the keys routed to it."""
