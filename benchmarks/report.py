@@ -30,7 +30,7 @@ BENCHMARKS = {
 }
 # The field a summary line gives its measured figure in, in order of preference.
 FIGURE_FIELDS = ("ratio", "ratio_net_of_harness", "mean_ratio", "bytes_ratio", "mean_difference", "max_call_ms", "bytes",
-                 "returned_fraction")
+                 "budget", "returned_fraction")
 
 
 def run_benchmark(name, quick, out_dir):

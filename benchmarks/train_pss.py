@@ -13,7 +13,9 @@ values follow the seed) and are compared seed by seed.
 
 dense: the same dense layers over an all-zero embedding, timed beside them: what the
 dense layers, the metric and the runtime cost alone, so its examples/s over stock's is the
-ceiling of any embedding's ratio on this machine.
+ceiling of any embedding's ratio on this machine. From it and the models' examples/s the
+timing part prints what an embedding may cost at the target, beside what the table's own
+work costs in one process with no cluster.
 
 tfps_cached: the tfps model with a GEO-style worker cache (--cache_rows rows per worker,
 rows up to --staleness steps old, rows and gradients sent as --transfer_dtype), timed and
@@ -206,6 +208,34 @@ def cycle_floor(data_seed, cycle_steps, cycles=12):
     return float(np.mean(per_cycle) / (cycle_steps * np.mean([k.size for k in keys])))
 
 
+def table_work_per_step(seed, steps=100, warm_steps=50):
+    """CPU milliseconds per step of a table's own work on the benchmark's stream, in one
+    process with no cluster: the lookup's keys, their distinct keys and counts, the rows
+    found and spread to their occurrences, the gradient summed per key and applied. Every
+    dynamic embedding does this work, wherever its tasks run; the rows of the first
+    `warm_steps` batches are in the table already, as after a warm-up."""
+    import tensorflow as tf
+    import tfps
+    table = tfps.DynamicTable(DIM, optimizer=tfps.optimizers.Adagrad(LEARNING_RATE), seed=seed)
+    column = tf.range(1, FIELDS + 1, dtype=tf.int64)
+
+    @tf.function
+    def step(ids):
+        keys = tfps.keys.ids_to_keys(ids, tf.broadcast_to(column, tf.shape(ids)))
+        distinct, position, counts = tfps.keys.unique_keys(tf.reshape(keys, [-1]))
+        rows = tf.gather(table.find_or_insert(distinct, occurrences=counts), position)
+        summed_keys, summed = tfps.keys.sum_by_key(tf.reshape(keys, [-1]), 0.001 * rows)
+        table.apply_gradients(summed_keys, summed)
+
+    batches = [features["categorical_ids"] for features, _ in criteo_like(seed=1000 * seed).take(warm_steps + steps)]
+    for ids in batches[:warm_steps]:
+        step(ids)
+    start = time.process_time()
+    for ids in batches[warm_steps:]:
+        step(ids)
+    return 1000 * (time.process_time() - start) / steps
+
+
 def traffic_of(kind, steps, seed):
     """One model's traffic record under tfps-launch, with each PS's calls from the logs."""
     import tempfile
@@ -323,11 +353,34 @@ def main():
         if kind == "dense":  # no target: the ratio no embedding, however cheap, can pass here
             common.emit({"summary": "ceiling: the dense layers over an all-zero embedding, examples/s "
                          "over stock (median over seeds)", **figures})
+            emit_budget(runs, args.seed)
         else:
             common.emit({"summary": f"{kind} examples/s >= {SPEED_TARGET}x stock Hashing+Embedding "
                          "(median over seeds)", **figures, "met": speed >= SPEED_TARGET})
     for kind, than in (("tfps", "stock"), ("tfps_cached", "tfps")):
         emit_auc_difference(kind, than, [a["eval_auc"] - b["eval_auc"] for a, b in zip(runs[kind], runs[than])])
+
+
+def emit_budget(runs, seed):
+    """What an embedding may add to the dense model's step at the speed target, beside what
+    tfps's and stock's add: wall milliseconds per step of BATCH examples, medians over
+    seeds. Beside them, the CPU milliseconds per step of the table's own work in one
+    process with no cluster (table_work_per_step): a cluster whose every core is busy pays
+    at least that over the cores in wall time."""
+    def step_ms(examples_per_s):
+        return 1000 * BATCH / examples_per_s
+
+    def added_ms(fn):
+        return round(float(np.median([fn(t, s) - step_ms(d["examples_per_s"]) for t, s, d in zip(
+            runs["tfps"], runs["stock"], runs["dense"])])), 2)
+
+    common.emit({
+        "summary": f"wall ms per step an embedding may add to the dense model's at {SPEED_TARGET}x stock "
+                   "(median over seeds), beside what each model's adds",
+        "budget": added_ms(lambda t, s: step_ms(SPEED_TARGET * s["examples_per_s"])),
+        "tfps": added_ms(lambda t, s: step_ms(t["examples_per_s"])),
+        "stock": added_ms(lambda t, s: step_ms(s["examples_per_s"])),
+        "table_work_cpu_ms_in_one_process": round(table_work_per_step(seed), 2), "cores": os.cpu_count()})
 
 
 def emit_auc_difference(kind, than, differences):
