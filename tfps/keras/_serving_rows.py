@@ -131,9 +131,8 @@ class ShardedFrozenTable(tf.Module):
         """(float32 rows [n, dim], exists [n]) of int64 keys [n]."""
         if len(self.shards) == 1:
             return self.shards[0].find(keys)
-        route = stock_ops.shard_of(keys, len(self.shards))
-        positions = tf.dynamic_partition(tf.range(tf.size(keys)), route, len(self.shards))
-        parts = tf.dynamic_partition(keys, route, len(self.shards))
+        positions, parts = stock_ops.partition_by_shard(
+            keys, stock_ops.shard_of(keys, len(self.shards)), len(self.shards))
         found = [shard.find(part) for shard, part in zip(self.shards, parts)]
         return (tf.dynamic_stitch(positions, [rows for rows, _ in found]),
                 tf.dynamic_stitch(positions, [exists for _, exists in found]))

@@ -1,6 +1,6 @@
-"""The key and initial-value functions of the table written in stock TensorFlow ops, for
-graphs that must run without the tfps op library (SavedModels for serving). They compute
-exactly what custom_ops/core/hashing.h computes."""
+"""The key, routing and initial-value functions of the table written in stock TensorFlow
+ops, for graphs that must run without the tfps op library (SavedModels for serving). They
+compute exactly what custom_ops/core/hashing.h computes."""
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +27,13 @@ def shard_of(keys, num_shards):
     h = mix64(tf.bitwise.bitwise_xor(tf.bitcast(keys, _U64), _c(0x6A09E667F3BCC909)))
     shard = tf.bitwise.right_shift(tf.bitwise.right_shift(h, _c(32)) * _c(num_shards), _c(32))
     return tf.cast(shard, tf.int32)
+
+
+def partition_by_shard(keys, shard, num_shards):
+    """(positions in `keys` [n] of each shard's keys, each shard's keys), for int32 `shard`
+    [n] of each key: what a sharded table sends each shard, and where its answers go back."""
+    positions = tf.dynamic_partition(tf.range(tf.size(keys)), shard, num_shards)
+    return positions, tf.dynamic_partition(keys, shard, num_shards)
 
 
 def serving_order(keys):

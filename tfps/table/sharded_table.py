@@ -7,6 +7,7 @@ import tensorflow as tf
 from tensorflow.python.saved_model import registration
 from tensorflow.python.trackable import base as trackable_base
 
+from tfps.table import _stock_ops as stock_ops
 from tfps.table import eviction as eviction_lib
 from tfps.table import keys as keys_lib
 from tfps.table.dynamic_table import DynamicTable, TableRows, config_from_proto, config_proto
@@ -161,8 +162,7 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
         if self.num_shards == 1:
             return Routing(None, [None], [keys])
         shard = keys_lib.shard_of(keys, self.num_shards)
-        positions = tf.dynamic_partition(tf.range(tf.size(keys)), shard, self.num_shards)
-        return Routing(shard, positions, tf.dynamic_partition(keys, shard, self.num_shards))
+        return Routing(shard, *stock_ops.partition_by_shard(keys, shard, self.num_shards))
 
     def _partition(self, keys, *tensors, routing=None):
         """Per shard: (positions in keys, keys, *tensors) of the keys routed to it."""
