@@ -30,6 +30,8 @@ def test_evaluate_auc_equals_exact_auc_over_union_of_both_workers_data(layout):
         assert "fit's validation_data: " in out["validation_refusal"]
         assert "validation_steps=None gives none" in out["validation_refusal"]
         assert out["steps_run_before_refusal"] == 0
+    # Python numbers in every path, as Keras gives them; exact evaluation's were tensors.
+    assert out["result_types"] == ["float"]
     counts = np.array(out["record_counts"])
     # Every evaluated record was counted once in the shared state, whichever worker ran it.
     if layout in ("exact", "exact_fresh", "validation"):

@@ -136,12 +136,13 @@ def main():
         auc_parts = len(getattr(auc.histogram, "variables", [None]))
         group_shards = group_auc.histograms.num_shards
         group_buckets = [group_auc.buckets_per_octave, group_auc.octaves]
+    result_types = sorted({type(value).__name__ for value in results.values()})
     results = {name: float(value) for name, value in results.items()}
     json.dump({"results": results, "record_counts": record_counts,
                "steps": -(-NUM_IDS // BATCH) if exact else STEPS, "batch": BATCH,
                "auc_histogram_parts": auc_parts, "group_auc_shards": group_shards,
                "group_auc_buckets": group_buckets, "refusal": refusal, "few_batches_refusal": few_batches_refusal,
-               "validation_refusal": validation_refusal,
+               "validation_refusal": validation_refusal, "result_types": result_types,
                "steps_run_before_refusal": steps_run_before_refusal},
               sys.stdout)
     sys.stdout.flush()

@@ -47,6 +47,23 @@ def building_metrics_first(make_test_function_exact):
     return make
 
 
+def with_python_numbers(aggregate_exact_metrics):
+    """Model._aggregate_exact_metrics (tfps.keras._patches): exact evaluation's results as
+    Python numbers (arrays for metrics of more than one value), as every other evaluation
+    gives them. tf_keras returns the metrics' tensors there, which reach evaluate's caller
+    and the callbacks' on_test_end."""
+    @functools.wraps(aggregate_exact_metrics)
+    def aggregate(self, logs):
+        def number(value):
+            if not isinstance(value, (tf.Tensor, tf.Variable)):
+                return value
+            value = value.numpy()
+            return value.item() if value.ndim == 0 else value
+        return tf.nest.map_structure(number, aggregate_exact_metrics(self, logs))
+
+    return aggregate
+
+
 def _on_workers(model):
     """Whether the model evaluates through a ClusterCoordinator (ParameterServerStrategy),
     as tf_keras decides it (Model._get_test_function_runner)."""

@@ -94,6 +94,9 @@ PATCHES = (
           "lists each table's dim, rows and shards, which the parameter counts leave out"),
     Patch("tf_keras.Model", "_make_test_function_exact", exact_evaluation.building_metrics_first,
           "builds compiled metrics before exact evaluation (pss_evaluation_shards) clones them"),
+    Patch("tf_keras.Model", "_aggregate_exact_metrics", exact_evaluation.with_python_numbers,
+          "exact evaluation's results are Python numbers, as every other evaluation's are, "
+          "where tf_keras returns tensors to evaluate's caller and the callbacks' on_test_end"),
     Patch("tf_keras.Model", "evaluate", exact_evaluation.refusing_steps,
           "refuses steps with exact evaluation under ParameterServerStrategy, which ignores them "
           "and never ends over repeating data, and a dataset without steps without it"),
