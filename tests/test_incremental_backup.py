@@ -198,19 +198,22 @@ def test_a_save_freq_longer_than_an_epoch_counts_steps_across_epochs(tmp_path):
     assert IncrementalBackup.resume_point(directory) == ResumePoint(epoch=5, step=0, steps_done=60)
 
 
-def test_a_backup_taken_mid_epoch_by_time_resumes_within_that_epoch(tmp_path):
+def test_a_backup_taken_mid_epoch_by_time_resumes_within_that_epoch(tmp_path, capfd):
     directory = str(tmp_path / "backup")
     # every_seconds this short backs up at every step end.
     first, second, _ = interrupted_then_resumed(directory, stop_at=(1, 4), every_seconds=1e-9)
     assert (first.backups[-1][0]["epoch"], first.backups[-1][0]["batch"]) == (1, 4)
+    # Told as Keras' progress bar counts epochs and batches, from 1.
+    assert "taken after batch 5 of epoch 2 (" in capfd.readouterr().err
     assert_same_rows(second.restored, first.backups[-1][1])
     assert second.steps[0] == (1, 5)
 
 
-def test_epoch_backups_resume_at_the_start_of_the_interrupted_epoch(tmp_path):
+def test_epoch_backups_resume_at_the_start_of_the_interrupted_epoch(tmp_path, capfd):
     directory = str(tmp_path / "backup")
     first, second, _ = interrupted_then_resumed(directory, stop_at=(1, 3))
     assert (first.backups[-1][0]["epoch"], first.backups[-1][0]["batch"]) == (0, -1)
+    assert "taken at the end of epoch 1 (" in capfd.readouterr().err
     assert_same_rows(second.restored, first.backups[-1][1])
     assert second.steps[0] == (1, 0)
 

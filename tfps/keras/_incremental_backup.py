@@ -347,9 +347,10 @@ class _ChainTrainingState(worker_training_state.WorkerTrainingState):
                 self._write_chain(*self._saved_position())
                 return
         epoch, batch, steps_done = self._saved_position()
+        # In the words of Keras' progress bar, whose epochs count from 1.
+        taken = f"at the end of epoch {epoch + 1}" if batch < 0 else f"after batch {batch + 1} of epoch {epoch + 1}"
         _log(f"restored {self._chain[0]} (whole) and {len(self._chain) - 1} backup(s) of changes "
-             f"from {self._directory}, taken at epoch {epoch}, batch {batch} "
-             f"({steps_done} steps done)")
+             f"from {self._directory}, taken {taken} ({steps_done} steps done)")
 
     def _saved_position(self):
         return (int(self._ckpt_saved_epoch.numpy()), int(self._ckpt_saved_batch.numpy()),
