@@ -62,7 +62,11 @@ class Job:
         import tensorflow as tf
         module = self.module()
         if self.name == "train_ctr":
-            return module.build_model(tf.distribute.get_strategy(), 16, 0.3)
+            # Without the job's row cap: the cap is split over a table's shards and their
+            # stripes, so the cluster's two shards' rows restored into one shard here would
+            # overfill some of its stripes' shares, which evicts rows on restore.
+            options = dict(module.table_options(module.parse_arguments(self.arguments)), max_rows=None)
+            return module.build_model(tf.distribute.get_strategy(), 16, 0.3, **options)
         import tfps
         return module.build_model(tf.distribute.get_strategy(), tfps.stream.DriftingStream(),
                                   module.parse_arguments(self.arguments))
@@ -76,6 +80,13 @@ JOBS = {
     # The same in synchronous steps (SynchronousTraining): each step reads a batch on both workers.
     "train_sync": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "2", "--sync"], 2,
                       3 * ROWS_PER_FILE // (2 * BATCH), "fields", "eval over"),
+    # Everything on: a worker cache with bfloat16 transfers, admission, TTL eviction and a
+    # row cap, beside the epoch checkpoints and backups every job has.
+    "train_all": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "2",
+                                   "--worker_cache_rows", "20000", "--max_staleness_steps", "2",
+                                   "--transfer_dtype", "bfloat16", "--min_count", "2", "--ttl_steps", "40",
+                                   "--max_rows", "60000"], 2,
+                     3 * ROWS_PER_FILE // BATCH, "fields", "eval over"),
     "stream": Job("stream_ctr", ["--examples", str(6 * STREAM_CHUNK_STEPS * BATCH),
                                  "--chunk", str(STREAM_CHUNK_STEPS * BATCH), "--eval_examples", str(10 * BATCH)],
                   6, STREAM_CHUNK_STEPS, "ids_table", "stream done",
@@ -307,6 +318,7 @@ def main(argv=None):
                         help="comma-separated kinds; with --rounds beyond their number, drawn at random")
     parser.add_argument("--jobs", default="train,stream",
                         help="comma-separated jobs (train: train_ctr.py, train_sync: train_ctr.py --sync, "
+                        "train_all: train_ctr.py with a worker cache, admission, eviction and a row cap, "
                         "stream: stream_ctr.py), taken in turn")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work_dir", default=None)

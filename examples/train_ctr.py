@@ -46,20 +46,28 @@ def dlrm_towers(dense, embedded, dim):
     return keras.layers.Dense(1, activation="sigmoid")(x)
 
 
-def build_model(strategy, dim, learning_rate, worker_cache_rows=None, max_staleness_steps=None,
-                transfer_dtype="float32"):
+def table_options(args):
+    """The DynamicEmbedding arguments of the command line's table flags."""
+    return {"worker_cache_rows": args.worker_cache_rows, "max_staleness_steps": args.max_staleness_steps,
+            "transfer_dtype": args.transfer_dtype,
+            "admission": tfps.admission.MinCount(args.min_count) if args.min_count else None,
+            "eviction": tfps.eviction.TTL(steps=args.ttl_steps) if args.ttl_steps else None,
+            "max_rows": args.max_rows or None}
+
+
+def build_model(strategy, dim, learning_rate, **table_arguments):
+    """The model, its table made with `table_arguments` (DynamicEmbedding's; table_options)."""
     clustered = isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
     with strategy.scope():
         dense = keras.Input((tfps.data.NUM_DENSE,), name="dense_features")
         categorical = keras.Input((tfps.data.NUM_CATEGORICAL,), dtype=tf.int64, name="categorical_keys")
         # The reader already put each field in its own namespace; one table serves all 26.
         embedded = tfps.keras_layers.DynamicEmbedding(
-            dim, optimizer=tfps.optimizers.Adagrad(learning_rate), name="fields",
-            worker_cache_rows=worker_cache_rows, max_staleness_steps=max_staleness_steps,
-            transfer_dtype=transfer_dtype)(categorical)
+            dim, optimizer=tfps.optimizers.Adagrad(learning_rate), name="fields", **table_arguments)(categorical)
         model = keras.Model([dense, categorical], dlrm_towers(dense, embedded, dim))
         model.compile(optimizer=keras.optimizers.legacy.Adagrad(learning_rate), loss="binary_crossentropy",
-                      metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss(name="log_loss")],
+                      metrics=[tfps.metrics.AUC(name="auc"), tfps.metrics.BinaryLogLoss(name="log_loss"),
+                               tfps.metrics.CalibrationRatio(name="calibration")],
                       steps_per_execution=10,
                       # Under PSS, evaluate() shards the eval data and visits each batch
                       # exactly once, whichever worker runs it. Each shard reads the whole
@@ -157,7 +165,7 @@ def resume_from_epoch_checkpoint(model, checkpoint_dir, backup_dir):
     return epochs
 
 
-def main():
+def parse_arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "tfps-criteo"),
@@ -184,6 +192,13 @@ def main():
     parser.add_argument("--transfer_dtype", choices=("float32", "bfloat16"), default="float32",
                         help="what rows and gradients travel as between workers and parameter servers "
                              "(docs/keras.md: bfloat16 halves their bytes)")
+    parser.add_argument("--min_count", type=int, default=0,
+                        help="admit an ID to the table at its MIN_COUNT-th occurrence (MinCount; 0: "
+                             "every ID gets a row)")
+    parser.add_argument("--ttl_steps", type=int, default=0,
+                        help="evict rows unseen for this many optimizer steps (TTL; 0: none)")
+    parser.add_argument("--max_rows", type=int, default=0,
+                        help="a cap on the table's rows; a full one evicts rows seen least recently (0: none)")
     parser.add_argument("--out_dir", default=None,
                         help="where checkpoints and backups go by default (default: a directory of "
                              "this run's own; under tfps-launch, one per launch)")
@@ -206,7 +221,11 @@ def main():
                              "or the run after training")
     parser.add_argument("--evaluator_timeout", type=float, default=3600,
                         help="an evaluator stops after this many seconds without a new checkpoint")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main():
+    args = parse_arguments()
     if not (args.checkpoint_dir or args.out_dir or os.environ.get("TFPS_LAUNCH_ID")) and \
             (tfps.distribute.tf_config() or {}).get("task", {}).get("type") == "evaluator":
         raise SystemExit("train_ctr.py: an evaluator task needs --checkpoint_dir or --out_dir (shared "
@@ -217,8 +236,7 @@ def main():
         args.backup_dir = os.path.join(out_dir, "backup")
 
     strategy = tfps.distribute.strategy_from_tf_config()  # ps/worker tasks serve here
-    model = build_model(strategy, args.dim, args.learning_rate, args.worker_cache_rows,
-                        args.max_staleness_steps, args.transfer_dtype)
+    model = build_model(strategy, args.dim, args.learning_rate, **table_options(args))
     config = tfps.distribute.tf_config()
     if config and config["task"]["type"] == "evaluator":
         return evaluate_checkpoints(model, args)  # reads the data the chief wrote
@@ -282,7 +300,8 @@ def main():
     evaluated = int(next(m for m in model.metrics if m.name == "log_loss").total_weight.numpy())
     best = tfps.data.best_auc(eval_files[0]) if len(eval_files) == 1 else None
     print(f"eval over {evaluated:,} examples: loss {float(results['loss']):.4f}  "
-          f"auc {float(results['auc']):.4f}  log_loss {float(results['log_loss']):.4f}"
+          f"auc {float(results['auc']):.4f}  log_loss {float(results['log_loss']):.4f}  "
+          f"calibration {float(results['calibration']):.4f}"
           + (f"  (best achievable on this data: auc {best:.4f}, from the generator's true "
              "click probabilities)" if best is not None else ""), flush=True)
     print(f"checkpoints in {checkpoint_dir}; table sizes per PS shard: "

@@ -26,10 +26,11 @@ def data_dir(tmp_path_factory):
 # mid-backup; the stream (one chain across its chunks' fits) for a kill mid-restore (after
 # a killed parameter server) and a stopped parameter server; the main job again for a
 # parameter server killed after training, which must resume from its epoch checkpoint; and
-# the main job in synchronous steps with a stopped parameter server.
+# the main job in synchronous steps with a stopped parameter server; and the main job with
+# everything on (a worker cache, admission, eviction, a row cap) with a killed parameter server.
 ROUNDS = [("train", "ps"), ("train", "worker"), ("train", "chief"), ("train", "mid_backup"),
           ("stream", "mid_restore"), ("stream", "stopped_ps"), ("train", "after_training"),
-          ("train_sync", "stopped_ps")]
+          ("train_sync", "stopped_ps"), ("train_all", "ps")]
 assert {kind for _, kind in ROUNDS} == set(faults.KINDS)
 
 
@@ -39,4 +40,5 @@ def test_the_job_survives_a_fault_of_each_kind(tmp_path, data_dir, job, kind):
     print(json.dumps(result))
     assert result["ok"], result
     if kind != "worker":  # the stream's table is smaller: its IDs must come twice to be admitted
-        assert result["rows_compared"] > {"train": 50_000, "train_sync": 50_000, "stream": 10_000}[job] and result["restores"] >= 1
+        assert result["rows_compared"] > {"train": 50_000, "train_sync": 50_000, "train_all": 20_000,
+                                          "stream": 10_000}[job] and result["restores"] >= 1

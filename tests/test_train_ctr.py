@@ -68,11 +68,14 @@ def test_example_runs_with_worker_caches_beside_backups_and_epoch_checkpoints(tm
                str(tmp_path / "logs"), EXAMPLE, "--data_dir", str(tmp_path / "data"),
                "--backup_dir", str(tmp_path / "backup"), "--backup_every_steps", "2",
                "--checkpoint_dir", str(tmp_path / "ckpt"), "--worker_cache_rows", "50000",
-               "--max_staleness_steps", "3", *ARGS], tmp_path)
+               "--max_staleness_steps", "3", "--transfer_dtype", "bfloat16", "--min_count", "2",
+               "--ttl_steps", "6", "--max_rows", "4000", *ARGS], tmp_path)
     # Exact evaluation: each eval line once, whichever of the 2 workers reads it.
-    assert "eval over 3,000 examples: loss" in out
+    assert "eval over 3,000 examples: loss" in out and "calibration " in out
     sizes = eval(out.split("table sizes per PS shard: ")[1].split("\n")[0])
     assert len(sizes) == 2 and min(sizes) > 0  # both PS tasks hold keys
+    # The cap holds, and binds: 10 steps of 256 examples bring more IDs seen twice.
+    assert 3600 <= sum(sizes) <= 4000
     assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith("weights-02")
 
 
