@@ -229,6 +229,28 @@ def test_a_row_cap_is_split_over_the_shards_and_keeps_the_recently_seen():
         ShardedTable(2, devices=["/CPU:0", "/CPU:0"], max_rows=1)
 
 
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_capped_table_restored_into_another_number_of_shards_keeps_every_row(tmp_path, shards):
+    def make(num_shards):
+        return ShardedTable(2, optimizer="adagrad", devices=["/CPU:0"] * num_shards, name="capped",
+                            max_rows=20_000, eviction=tfps.eviction.LRU())
+    original = make(2)
+    for batch in range(6):  # past the cap, so each shard is near its share of it
+        original.find_or_insert(np.arange(batch * 5000, (batch + 1) * 5000, dtype=np.int64) * 7919 + 1)
+    path = tf.train.Checkpoint(table=original).write(str(tmp_path / "ckpt"))
+    restored = make(shards)
+    tf.train.Checkpoint(table=restored).read(path).assert_consumed()
+    # The saved keys land in other stripes here, some more than their share of the cap:
+    # a restore evicts none of them.
+    a, b = sorted_export(original), sorted_export(restored)
+    assert 19_000 < len(a["keys"]) <= 20_000
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    # New keys bring every stripe back under its share.
+    restored.find_or_insert(np.arange(100_000, 160_000, dtype=np.int64) * 7919 + 1)
+    assert sum(restored.shard_sizes()) <= 20_000
+
+
 @pytest.mark.parametrize("policy", [tfps.eviction.LRU(), None])
 def test_a_row_cap_evicts_a_steps_new_ids_before_the_hot_rows_that_step_trained(policy):
     # 256 hot IDs, then 2,000 new ones, a step under a cap of 4,096 (16 rows a stripe):

@@ -168,6 +168,10 @@ void Table::RecordClockTime(int64_t clock) {
 }
 
 void Table::MakeRoomUnderCap(Stripe& s, int64_t clock) {
+  while (s.size >= s.max_rows) EvictOneUnderCap(s, clock);
+}
+
+void Table::EvictOneUnderCap(Stripe& s, int64_t clock) {
   const RowLayout layout = LayoutOf(config_);
   int64_t victim = -1;
   double lowest = 0;

@@ -354,9 +354,9 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
 }
 
 RowView Table::AcquireRow(Stripe& s, const StripeBatch& batch, int64_t j, bool touch,
-                          int64_t clock, bool* inserted, int64_t slot) {
+                          int64_t clock, bool* inserted, int64_t slot, bool under_cap) {
   const RowLayout layout = LayoutOf(config_);
-  if (slot == kSlotUnknown && s.max_rows > 0) slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
+  if (slot == kSlotUnknown && s.max_rows > 0 && under_cap) slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
   if (slot >= 0) {
     *inserted = false;
     if (touch) s.Touch(s.slot_rows[slot]);
@@ -525,7 +525,7 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
 }
 
 template <typename Write>
-void Table::WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key,
+void Table::WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key, bool under_cap,
                       const ParallelFor& parallel_for, Write&& write) {
   const int64_t clock = apply_calls_.load();
   ForEachStripeGroup(keys, n, cost_per_key, /*shared_lock=*/false, parallel_for,
@@ -533,7 +533,7 @@ void Table::WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key,
     std::unique_lock<std::shared_mutex> lock(s.mu);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       bool inserted;
-      write(AcquireRow(s, batch, j, true, clock, &inserted), batch.order[j]);
+      write(AcquireRow(s, batch, j, true, clock, &inserted, kSlotUnknown, under_cap), batch.order[j]);
     });
   }, /*inserts=*/true);
 }
@@ -541,7 +541,7 @@ void Table::WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key,
 void Table::Insert(const uint64_t* keys, int64_t n, const float* values,
                    const ParallelFor& parallel_for) {
   const int dim = config_.dim;
-  WriteRows(keys, n, 60 + 2 * dim, parallel_for, [&](const RowView& row, int64_t i) {
+  WriteRows(keys, n, 60 + 2 * dim, /*under_cap=*/true, parallel_for, [&](const RowView& row, int64_t i) {
     std::memcpy(row.value, values + i * dim, dim * sizeof(float));
   });
 }
@@ -550,7 +550,7 @@ void Table::Import(const uint64_t* keys, int64_t n, const float* values, const f
                    const int64_t* metadata, const ParallelFor& parallel_for) {
   const int dim = config_.dim;
   const int64_t slot_width = static_cast<int64_t>(LayoutOf(config_).num_slots) * dim;
-  WriteRows(keys, n, 60 + 3 * dim, parallel_for, [&](const RowView& row, int64_t i) {
+  WriteRows(keys, n, 60 + 3 * dim, /*under_cap=*/false, parallel_for, [&](const RowView& row, int64_t i) {
     std::memcpy(row.value, values + i * dim, dim * sizeof(float));
     std::memcpy(row.slots, slots + i * slot_width, slot_width * sizeof(float));
     const int64_t* meta = metadata + i * kNumMetadata;

@@ -162,7 +162,10 @@ class Table {
   void Insert(const uint64_t* keys, int64_t n, const float* values,
               const ParallelFor& parallel_for);
 
-  // Sets value, slots and metadata of each key, as saved by Export.
+  // Sets value, slots and metadata of each key, as saved by Export. Under a row cap no row
+  // is evicted to make room: a restore into another number of shards routes the saved
+  // rows to other stripes, some of which get more than their share of the cap. Such a
+  // stripe evicts back down to its share at its next insert.
   void Import(const uint64_t* keys, int64_t n, const float* values, const float* slots,
               const int64_t* metadata, const ParallelFor& parallel_for);
 
@@ -321,8 +324,10 @@ class Table {
   // The step before which a row is older than the TTL in seconds (-1: none is).
   int64_t TtlCutoff() const;
   // Makes room for one more row in stripe `s` (held exclusively) under the row cap,
-  // evicting the lowest-ranked of a few sampled rows.
+  // evicting the lowest-ranked of a few sampled rows, as many times as the stripe is over
+  // its share (an import may have left it so).
   void MakeRoomUnderCap(Stripe& s, int64_t clock);
+  void EvictOneUnderCap(Stripe& s, int64_t clock);
   void RecordClockTime(int64_t clock);
   // Whether absent `key`, now seen `seen` more times, gets a row; if so *count is its
   // occurrences before these. Counts it in stripe `s` (held exclusively).
@@ -330,18 +335,20 @@ class Table {
   // The row of key j of the batch (stripe held exclusively, room prepared), inserted with
   // its initial value and fresh slots if absent; *inserted says which. `slot` is the
   // key's index slot if the caller found it, kSlotAbsent if it found none, kSlotUnknown
-  // if it did not look. Under a row cap an insert into a full stripe first evicts.
-  // `touch`: the caller changes the row, so it counts as changed since the last save.
+  // if it did not look. Under a row cap an insert into a full stripe first evicts where
+  // `under_cap` (an import's does not). `touch`: the caller changes the row, so it counts
+  // as changed since the last save.
   static constexpr int64_t kSlotAbsent = -1, kSlotUnknown = -2;
   RowView AcquireRow(Stripe& s, const StripeBatch& batch, int64_t j, bool touch, int64_t clock,
-                     bool* inserted, int64_t slot = kSlotUnknown);
+                     bool* inserted, int64_t slot = kSlotUnknown, bool under_cap = true);
   // Sum of count(stripe) over the stripes, each read under its shared lock.
   template <typename Fn>
   int64_t SumOverStripes(Fn&& count) const;
   // Calls write(row, i) with the row of each keys[i], inserted (initial value, fresh
   // slots) if absent, under its stripe's exclusive lock; the row counts as changed.
+  // `under_cap`: inserts evict under the row cap (AcquireRow).
   template <typename Write>
-  void WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key,
+  void WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key, bool under_cap,
                  const ParallelFor& parallel_for, Write&& write);
 
   // Holds calls that would insert while a clear waits, so the clear waits only for those
