@@ -62,11 +62,8 @@ class Job:
         import tensorflow as tf
         module = self.module()
         if self.name == "train_ctr":
-            # Without the job's row cap: the cap is split over a table's shards and their
-            # stripes, so the cluster's two shards' rows restored into one shard here would
-            # overfill some of its stripes' shares, which evicts rows on restore.
-            options = dict(module.table_options(module.parse_arguments(self.arguments)), max_rows=None)
-            return module.build_model(tf.distribute.get_strategy(), 16, 0.3, **options)
+            return module.build_model(tf.distribute.get_strategy(), 16, 0.3,
+                                      **module.table_options(module.parse_arguments(self.arguments)))
         import tfps
         return module.build_model(tf.distribute.get_strategy(), tfps.stream.DriftingStream(),
                                   module.parse_arguments(self.arguments))
