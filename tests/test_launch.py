@@ -1,5 +1,6 @@
 """tfps-launch runs a plain TF_CONFIG program as a local cluster and cleans up after it."""
 
+import json
 import os
 import re
 import select
@@ -65,6 +66,7 @@ def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
     pids.wait_for(lambda started: set(started) >= TASKS | {"chief_0:holding"}, 300,
                   "the chief to hold at step 30")
     killed = pids.values["worker_0"]
+    started = dict(pids.values)
     os.kill(killed, signal.SIGKILL)
     # Released only once the launcher has started a new worker_0: a chief let go at once can
     # finish its steps on worker_1 before the launcher's next look at its tasks.
@@ -78,6 +80,11 @@ def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
     assert total in (60, 61), out[-2000:]
     restart = (logs / "launcher.log").read_text()
     assert "worker_0 exited with code -9; restarting it" in restart
+    # The launcher names each task's pid, as the task itself reports it.
+    named = json.loads(re.search(r"task pids (\{.*\})", restart).group(1))
+    assert named == {name: started[name] for name in TASKS}
+    assert f"worker_0 restarted as pid {pids.values['worker_0']}" in restart
+    assert pids.values["worker_0"] != killed
     pids.close()
 
 

@@ -339,6 +339,8 @@ def _run_cluster(cluster, command, log_dir, evaluator_wait, out, max_worker_rest
     try:
         for task in others + [chief]:
             task.start()
+        # For a signal or a profiler aimed at one task.
+        note(f"task pids {json.dumps({task.name: task.process.pid for task in others + [chief]})}")
         if hang_timeout > 0:
             watch = HangWatch(others + [chief], addresses, hang_timeout)
         while not stopping.is_set():
@@ -387,6 +389,7 @@ def _run_cluster(cluster, command, log_dir, evaluator_wait, out, max_worker_rest
                 note(f"{task.name} exited with code {code}{_log_end(task, code)}; restarting it "
                      f"(restart {task.restarts} of {max_worker_restarts})")
                 task.start()
+                note(f"{task.name} restarted as pid {task.process.pid}")
                 if watch:
                     watch.forget(task)
             if all(task.poll() is not None for task in workers) and returned & set(workers):
