@@ -20,6 +20,7 @@ import functools
 import inspect
 
 import tensorflow as tf
+from tf_keras.src.utils import tf_utils
 
 
 def _build_compiled_metrics(model):
@@ -54,12 +55,8 @@ def with_python_numbers(aggregate_exact_metrics):
     and the callbacks' on_test_end."""
     @functools.wraps(aggregate_exact_metrics)
     def aggregate(self, logs):
-        def number(value):
-            if not isinstance(value, (tf.Tensor, tf.Variable)):
-                return value
-            value = value.numpy()
-            return value.item() if value.ndim == 0 else value
-        return tf.nest.map_structure(number, aggregate_exact_metrics(self, logs))
+        # The conversion tf_keras gives every other evaluation's results.
+        return tf_utils.sync_to_numpy_or_python_type(aggregate_exact_metrics(self, logs))
 
     return aggregate
 
