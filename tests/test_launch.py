@@ -21,11 +21,11 @@ def TaskPids(path):  # noqa: N802  (reads like the class it stands for)
     return EventPipe(path, value=int)
 
 
-def launch(tmp_path, *program_args):
+def launch(tmp_path, *program_args, launcher_args=()):
     logs = tmp_path / "logs"
     pids = TaskPids(str(tmp_path / "pids.fifo"))
     cmd = [sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "2", "--log_dir",
-           str(logs), PROGRAM, "--pid_pipe", str(tmp_path / "pids.fifo"), *program_args]
+           str(logs), *launcher_args, PROGRAM, "--pid_pipe", str(tmp_path / "pids.fifo"), *program_args]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=ROOT), logs, pids
@@ -85,6 +85,23 @@ def test_a_killed_worker_is_restarted_and_the_run_completes(tmp_path):
     assert named == {name: started[name] for name in TASKS}
     assert f"worker_0 restarted as pid {pids.values['worker_0']}" in restart
     assert pids.values["worker_0"] != killed
+    pids.close()
+
+
+def test_a_stopped_worker_is_restarted_and_the_chiefs_output_still_reaches_the_terminal(tmp_path):
+    """A hung worker is killed and restarted alone; the chief's output after it is the
+    run's, not a lost task's, so the launcher streams it (it held it back for good)."""
+    proc, logs, pids = launch(tmp_path, "--steps", "40", "--hold_at", "20", launcher_args=("--hang_timeout", "5"))
+    pids.wait_for(lambda started: set(started) >= TASKS | {"chief_0:holding"}, 300,
+                  "the chief to hold at step 20")
+    stopped = pids.values["worker_0"]
+    os.kill(stopped, signal.SIGSTOP)
+    pids.wait_for(lambda started: started["worker_0"] != stopped, 120, "worker_0 to restart")
+    os.kill(pids.values["chief_0"], signal.SIGUSR1)
+    out, err = proc.communicate(timeout=400)
+    assert proc.returncode == 0, err[-3000:]
+    assert "worker_0 has not answered for" in (logs / "launcher.log").read_text()
+    assert re.search(r"chief done: total=4[01]", out), out[-2000:]
     pids.close()
 
 

@@ -345,7 +345,8 @@ def _run_cluster(cluster, command, log_dir, evaluator_wait, out, max_worker_rest
             watch = HangWatch(others + [chief], addresses, hang_timeout)
         while not stopping.is_set():
             for task, silent in watch.hung() if watch else []:
-                chief.hold_output_after(time.monotonic())
+                if task.task_type != "worker":  # a worker is restarted alone: the run goes on
+                    chief.hold_output_after(time.monotonic())
                 note(f"{task.name} has not answered for {silent:.0f} s (hung or stopped); killing it")
                 task.kill()
                 watch.forget(task)
