@@ -68,6 +68,20 @@ def test_malformed_lines_are_skipped_with_a_warning_naming_file_and_line(tmp_pat
     assert "5 malformed so far" in err
 
 
+def test_a_repeated_dataset_warns_of_each_malformed_line_once(tmp_path, capfd):
+    paths = tfps.data.write_criteo(str(tmp_path), num_files=2, rows_per_file=30, seed=4)
+    for path, bad in zip(paths, (MALFORMED[:2], MALFORMED[2:])):
+        with open(path, "a") as f:
+            f.write("\n".join(bad) + "\n")
+    dataset = tfps.data.criteo_dataset(paths, 10, repeat=True)
+    assert sum(int(tf.size(y)) for _, y in dataset.take(18)) == 180  # three passes over 60 lines
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "skipped malformed line(s)" in line]
+    assert len(warnings) == 2, warnings
+    assert any(f'[31 32] of "{paths[0]}"' in w for w in warnings)
+    assert any(f'[31 32 33] of "{paths[1]}"' in w for w in warnings)
+    assert "5 malformed so far" in warnings[-1]
+
+
 def test_malformed_lines_raise_when_asked(tmp_path):
     path = tfps.data.write_criteo(str(tmp_path), num_files=1, rows_per_file=20, seed=1)[0]
     with open(path, "a") as f:

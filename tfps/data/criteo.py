@@ -4,7 +4,8 @@ A line is: label, 13 integer features, 26 categorical features as hex strings, s
 by tabs; any feature may be empty. The reader turns integers into log(1 + max(x, 0))
 (empty = 0) and categoricals into 64-bit keys, each field in its own namespace (the same
 keys DynamicEmbedding(namespace="columns") makes). Malformed lines are counted and either
-skipped with a warning naming the file and line, or raise.
+skipped with a warning naming the file and line (once per line, however often a repeated
+dataset reads it), or raise. A line that passes holds only finite numbers.
 """
 
 import contextlib
@@ -123,7 +124,7 @@ def criteo_dataset(files, batch_size, malformed="skip", shuffle_buffer=0, seed=N
     Args:
       files: a path or a list of paths; paths ending in .gz are read as gzip.
       batch_size: examples per output batch.
-      malformed: "skip" (count, warn with file and line, drop) or "raise".
+      malformed: "skip" (count, warn with file and line once, drop) or "raise".
       shuffle_buffer: examples to shuffle over (0: keep file order).
       data_service: address of a tf.data service dispatcher; with it, one epoch hands each
         line to exactly one consumer (distributed_epoch), which is how every worker of a
@@ -147,25 +148,26 @@ def criteo_dataset(files, batch_size, malformed="skip", shuffle_buffer=0, seed=N
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"criteo_dataset: {path} does not exist")
 
-    def numbered_lines(path):
+    def numbered_lines(file_index, path):
         # Criteo ships its files gzipped: a path ending in .gz is read as gzip.
         compression = tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
         lines = tf.data.TextLineDataset(path, compression_type=compression)
         lines = lines.enumerate(start=1).batch(lines_per_parse)
-        return lines.map(lambda number, text: (tf.fill(tf.shape(number), path), number, text))
+        return lines.map(lambda number, text: (file_index, number, text))
 
-    dataset = tf.data.Dataset.from_tensor_slices(list(files)).interleave(
+    dataset = tf.data.Dataset.from_tensor_slices((tf.range(len(files), dtype=tf.int64), list(files))).interleave(
         numbered_lines, cycle_length=min(4, len(files)), num_parallel_calls=tf.data.AUTOTUNE)
 
-    def parse(paths, numbers, lines):
+    def parse(file_index, numbers, lines):
         features, labels, valid = parse_lines(lines)
-        return features, labels, valid, paths, numbers
+        return features, labels, valid, file_index, numbers
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    dataset = dataset.scan(tf.constant(0, tf.int64), _count_and_report(malformed))
-    dataset = dataset.unbatch()
-    if repeat:
+    if repeat:  # before the count, which then sees every pass and reports a line once
         dataset = dataset.repeat()
+    dataset = dataset.scan((tf.constant(0, tf.int64), tf.zeros([len(files)], tf.int64)),
+                           _count_and_report(malformed, files))
+    dataset = dataset.unbatch()
     if shuffle_buffer:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed)
     dataset = dataset.batch(batch_size)
@@ -178,28 +180,39 @@ def criteo_dataset(files, batch_size, malformed="skip", shuffle_buffer=0, seed=N
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _count_and_report(mode):
-    def step(count, batch):
-        features, labels, valid, paths, numbers = batch
+def _count_and_report(mode, files):
+    """A scan step over parsed line batches (each of one file) that drops malformed lines,
+    counting them, and warns of them (or raises, with mode "raise"). Its state is (lines
+    reported, per file the last line number reported): a pass over the files again (a
+    repeated dataset) reports nothing new."""
+    files = tf.constant(files)
+
+    def step(state, batch):
+        count, reported_through = state
+        features, labels, valid, file_index, numbers = batch
         bad = tf.logical_not(valid)
-        bad_count = tf.reduce_sum(tf.cast(bad, tf.int64))
-        total = count + bad_count
-        bad_paths, bad_numbers = tf.boolean_mask(paths, bad), tf.boolean_mask(numbers, bad)
+        bad_numbers = tf.boolean_mask(numbers, bad)
+        path = files[file_index]
         if mode == "raise":
-            check = tf.debugging.Assert(tf.equal(bad_count, 0), [
-                "tfps.data: malformed Criteo line(s) in", bad_paths[:1], "line", bad_numbers[:1],
+            check = tf.debugging.Assert(tf.equal(tf.size(bad_numbers), 0), [
+                "tfps.data: malformed Criteo line(s) in", path, "line", bad_numbers[:1],
                 "(wrong column count, non-numeric integer, non-hex categorical, or a label not 0/1)"])
-            deps = [check]
+            deps, new_state = [check], state
         else:
+            new = tf.boolean_mask(bad_numbers, bad_numbers > reported_through[file_index])
+            total = count + tf.size(new, tf.int64)
+
             def warn():
                 with tf.control_dependencies([tf.print(
-                        "tfps.data: WARNING: skipped malformed line(s)", bad_numbers, "of", bad_paths,
+                        "tfps.data: WARNING: skipped malformed line(s)", new, "of", path,
                         "-", total, "malformed so far", output_stream=sys.stderr, summarize=-1)]):
                     return tf.constant(True)
-            deps = [tf.cond(bad_count > 0, warn, lambda: tf.constant(True))]
+            deps = [tf.cond(tf.size(new) > 0, warn, lambda: tf.constant(True))]
+            last = tf.reduce_max(tf.concat([new, reported_through[file_index:file_index + 1]], 0))
+            new_state = (total, tf.tensor_scatter_nd_update(reported_through, [[file_index]], [last]))
         with tf.control_dependencies(deps):
             kept = {k: tf.boolean_mask(v, valid) for k, v in features.items()}
-            return total, (kept, tf.boolean_mask(labels, valid))
+            return new_state, (kept, tf.boolean_mask(labels, valid))
     return step
 
 
