@@ -52,7 +52,7 @@ def table_options(args):
             "transfer_dtype": args.transfer_dtype,
             "admission": tfps.admission.MinCount(args.min_count) if args.min_count else None,
             "eviction": tfps.eviction.TTL(steps=args.ttl_steps) if args.ttl_steps else None,
-            "max_rows": args.max_rows or None}
+            "max_rows": args.max_rows or None, "non_finite": args.non_finite}
 
 
 def build_model(strategy, dim, learning_rate, **table_arguments):
@@ -199,6 +199,9 @@ def parse_arguments(argv=None):
                         help="evict rows unseen for this many optimizer steps (TTL; 0: none)")
     parser.add_argument("--max_rows", type=int, default=0,
                         help="a cap on the table's rows; a full one evicts rows seen least recently (0: none)")
+    parser.add_argument("--non_finite", choices=("refuse", "skip"), default="refuse",
+                        help="a step with a NaN or Inf gradient stops training (refuse) or is skipped "
+                             "and counted (skip); either way none of it is applied (docs/keras.md)")
     parser.add_argument("--out_dir", default=None,
                         help="where checkpoints and backups go by default (default: a directory of "
                              "this run's own; under tfps-launch, one per launch)")
@@ -221,7 +224,12 @@ def parse_arguments(argv=None):
                              "or the run after training")
     parser.add_argument("--evaluator_timeout", type=float, default=3600,
                         help="an evaluator stops after this many seconds without a new checkpoint")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.sync and args.worker_cache_rows:
+        # SynchronousTraining refuses it too, but only once the cluster has started.
+        parser.error("--sync and --worker_cache_rows exclude each other: in synchronous steps the "
+                     "chief applies every step, so a worker's cached copies would never be refreshed")
+    return args
 
 
 def main():
@@ -275,7 +283,9 @@ def main():
     if args.fault_report:
         fault_report.record_checkpoint_restore(args.fault_report, trained_epochs, checkpoint_dir,
                                                model.get_layer("fields"))
-    with (tfps.data.local_data_service() if clustered else contextlib.nullcontext()) as service:
+    # One reader of the training files (it parses in parallel threads), which so reports
+    # each malformed line once; the chief's process holds it.
+    with (tfps.data.local_data_service(num_workers=1) if clustered else contextlib.nullcontext()) as service:
         def train_data(_=None):
             data = tfps.data.criteo_dataset(train_files, args.batch_size, shuffle_buffer=8192,
                                             data_service=service, repeat=True)
@@ -306,6 +316,9 @@ def main():
              "click probabilities)" if best is not None else ""), flush=True)
     print(f"checkpoints in {checkpoint_dir}; table sizes per PS shard: "
           f"{model.get_layer('fields').table.shard_sizes()}", flush=True)
+    if args.non_finite == "skip":
+        skipped = model.get_layer("fields").table.stats()["skipped_steps"]
+        print(f"steps skipped for a non-finite gradient: {skipped}", flush=True)
     if args.export_dir:
         report = tfps.export.save_for_serving(model, args.export_dir)
         print(f"exported {report['rows']} rows, {report['bytes']:,} bytes to {report['export_dir']}")

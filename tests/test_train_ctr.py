@@ -1,5 +1,6 @@
 """examples/train_ctr.py runs end to end for a few steps, locally and on a launched cluster."""
 
+import collections
 import importlib.util
 import os
 import re
@@ -174,3 +175,62 @@ def test_epoch_checkpoints_resume_only_their_own_launch_and_survive_an_epoch_end
     # After training: the restart resumes the launch's own last epoch.
     model = model_with(9.0)
     assert resumed(model) == 2 and (model.layers[0].kernel.numpy() == 3.0).all()
+
+
+def test_flags_that_exclude_each_other_are_refused_at_parsing(capsys):
+    train_ctr = _train_ctr()
+    args = train_ctr.parse_arguments(["--sync", "--non_finite", "skip"])
+    assert args.sync and train_ctr.table_options(args)["non_finite"] == "skip"
+    try:
+        train_ctr.parse_arguments(["--sync", "--worker_cache_rows", "100", "--max_staleness_steps", "1"])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("--sync with --worker_cache_rows was accepted")
+    assert "--sync and --worker_cache_rows exclude each other" in capsys.readouterr().err
+
+
+def _warned_lines(text):
+    """{(file name, line number): times warned} from the reader's warnings in a log."""
+    warned = collections.Counter()
+    for numbers, path in re.findall(r'skipped malformed line\(s\) \[([\d ]+)\] of "([^"]+)"', text):
+        for number in numbers.split():
+            warned[(os.path.basename(path), int(number))] += 1
+    return warned
+
+
+def test_the_main_job_drops_hostile_lines_and_learns_as_from_clean_data(tmp_path):
+    """Under tfps-launch, with --non_finite skip: Criteo files with NaN and Inf labels and
+    features, over-long numbers, lines and fields, empty, cut-short and binary lines mixed
+    in (tests/hostile_input.py) train to the AUC of the same files without them, and the
+    reader reports each bad line once per reader."""
+    import shutil
+    import tfps
+    from tests import hostile_input
+
+    clean = tmp_path / "clean"
+    # A small ID space, so that a short run learns to its plateau and two runs compare.
+    paths = tfps.data.write_criteo(str(clean), num_files=3, rows_per_file=30000, seed=0, vocabulary=300)
+    shutil.copytree(clean, tmp_path / "hostile")
+    placed = hostile_input.mix_into([str(tmp_path / "hostile" / os.path.basename(p)) for p in paths])
+    results = {}
+    for name in ("clean", "hostile"):
+        out = run([sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2", "--log_dir",
+                   str(tmp_path / f"logs_{name}"), EXAMPLE, "--data_dir", str(tmp_path / name), "--epochs", "4",
+                   "--batch_size", "256", "--non_finite", "skip", "--out_dir", str(tmp_path / f"out_{name}")],
+                  tmp_path)
+        logs = {f: (tmp_path / f"logs_{name}" / f).read_text(errors="replace")
+                for f in ("chief_0.log", "worker_0.log", "worker_1.log")}
+        results[name] = (float(re.search(r"eval over 30,000 examples: loss [\d.]+  auc ([\d.]+)", out).group(1)),
+                         {f: _warned_lines(text) for f, text in logs.items()}, out)
+    (clean_auc, clean_warned, _), (auc, warned, out) = results["clean"], results["hostile"]
+    assert not any(clean_warned.values())
+    assert "steps skipped for a non-finite gradient: 0" in out  # none reached the model
+    assert abs(auc - clean_auc) <= 0.005, (auc, clean_auc)
+    expected = {(os.path.basename(path), n) for path, numbers in placed.items() for n in numbers}
+    training = {key for key in expected if key[0] != "part-00002.tsv"}
+    # The chief's one reader of the training files warns of each bad line once in 4 passes;
+    # each worker's evaluation shard reads the whole evaluation file and warns of its own.
+    assert warned["chief_0.log"] == {key: 1 for key in training}
+    for worker in ("worker_0.log", "worker_1.log"):
+        assert warned[worker] == {key: 1 for key in expected - training}
