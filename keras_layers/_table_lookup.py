@@ -14,6 +14,7 @@ from tfps.table import checkpoint as checkpoint_lib
 from tfps.table import eviction as eviction_lib
 from tfps.table import initializers as initializers_lib
 from tfps.table import keys as keys_lib
+from tfps.keras import _non_finite as non_finite_lib
 from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.table import optimizers as optimizers_lib
 from tfps.table import _stock_ops as stock_ops
@@ -99,7 +100,7 @@ class TableLookup:
 
     def _init_table_lookup(self, dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                            embeddings_regularizer, admission, eviction, max_rows,
-                           worker_cache_rows, max_staleness_steps, transfer_dtype):
+                           worker_cache_rows, max_staleness_steps, transfer_dtype, non_finite):
         dim = arguments.positive_int(dim, "dim", "DynamicEmbedding")
         seed = arguments.seed(seed if seed is not None else arguments.seed_of_name(self.name),
                               "DynamicEmbedding")
@@ -125,6 +126,7 @@ class TableLookup:
         self.worker_cache_rows, self.max_staleness_steps = worker_cache_lib.check_arguments(
             worker_cache_rows, max_staleness_steps, self.eviction, f"DynamicEmbedding '{self.name}'")
         self.transfer_dtype = check_transfer_dtype(transfer_dtype, f"DynamicEmbedding '{self.name}'")
+        self.non_finite = non_finite_lib.check_policy(non_finite, f"DynamicEmbedding '{self.name}'")
         self._check_strategy(tf.distribute.get_strategy())
         # Created here, where the user's strategy scope is current: Keras builds layers of a
         # functional model inside its own graph, where the strategy is not visible.
@@ -282,19 +284,26 @@ class TableLookup:
 
         return rows_of_table(rows)
 
-    def apply_table_gradient(self, gradient, unique, iterations):
-        """Applies the proxy's gradient (IndexedSlices over keys) to the table at the table
-        optimizer's learning rate for the Keras optimizer's step `iterations`; called by the
-        Keras optimizer's apply step through tfps.keras._optimizer_bridge."""
+    def table_update(self, gradient, unique, iterations):
+        """What the optimizer step sends the table for the proxy's gradient (IndexedSlices
+        over keys): a TableUpdate of each key once with its slices summed, at the table
+        optimizer's learning rate for the Keras optimizer's step `iterations`. `unique`: the
+        optimizer has summed repeated keys already. Built before anything of the step is
+        applied, so the sums can be checked first (tfps.keras._non_finite)."""
         learning_rate = self.optimizer.learning_rate_at(iterations)
         lookup, sums = lookup_routes.summed_per_key(gradient) if self.worker_cache is None else (None, None)
-        if lookup is None or lookup.table is not self.table:
-            return optimizer_bridge.apply_to_table(self.worker_cache or self.table, gradient, unique,
-                                                   learning_rate)
-        # The gradient of one lookup: the update goes where the lookup went, its keys not
-        # partitioned or sent to the parameter servers again.
-        return self.table.apply_gradients(lookup.unique, sums, learning_rate=learning_rate,
-                                          routing=lookup.routing)
+        if lookup is not None and lookup.table is self.table:
+            # The gradient of one lookup: the update goes where the lookup went, its keys not
+            # partitioned or sent to the parameter servers again.
+            return optimizer_bridge.TableUpdate(lookup.unique, sums, learning_rate, lookup.routing)
+        return optimizer_bridge.summed_update(gradient, unique, learning_rate)
+
+    def apply_table_update(self, update):
+        """Applies a table_update() to the table (through the worker cache, if any)."""
+        if self.worker_cache is not None:
+            return self.worker_cache.apply_gradients(update.keys, update.sums, update.learning_rate)
+        return self.table.apply_gradients(update.keys, update.sums, learning_rate=update.learning_rate,
+                                          routing=update.routing)
 
     def flush_worker_cache(self, iterations=None):
         """Pushes the gradient sums every worker's cache holds to the parameter servers and
@@ -379,4 +388,4 @@ class TableLookup:
                 "eviction": eviction_lib.serialize(self.eviction), "max_rows": self.max_rows,
                 "worker_cache_rows": self.worker_cache_rows,
                 "max_staleness_steps": self.max_staleness_steps,
-                "transfer_dtype": self.transfer_dtype.name}
+                "transfer_dtype": self.transfer_dtype.name, "non_finite": self.non_finite}

@@ -76,6 +76,10 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
         bits) and the parameter servers apply gradients rounded so; the tables keep float32,
         and inference, checkpoints and exports read them exactly. With a worker cache, the
         copies start from the rounded rows and the pushed sums are rounded.
+      non_finite: what an optimizer step with a NaN or Inf gradient does: "refuse" (the
+        default; the step fails naming itself and the variables) or "skip" (the step is
+        dropped and counted, stats()["skipped_steps"]). Either way none of it is applied:
+        no table, variable or iterations changes (docs/keras.md).
     """
 
     _keras = keras
@@ -83,14 +87,14 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
                  key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
                  admission=None, eviction=None, max_rows=None, worker_cache_rows=None,
-                 max_staleness_steps=None, transfer_dtype="float32", **kwargs):
+                 max_staleness_steps=None, transfer_dtype="float32", non_finite="refuse", **kwargs):
         # IDs are not activations: as a stock Embedding, no cast to the compute dtype, so a
         # float ID tensor reaches the lookup's check as the dtype the caller gave.
         kwargs["autocast"] = False
         super().__init__(**kwargs)
         self._init_table_lookup(dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                                 embeddings_regularizer, admission, eviction, max_rows,
-                                worker_cache_rows, max_staleness_steps, transfer_dtype)
+                                worker_cache_rows, max_staleness_steps, transfer_dtype, non_finite)
 
     def _check_strategy(self, strategy):
         optimizer_bridge.check_strategy(strategy, self.name)

@@ -98,7 +98,7 @@ def test_a_table_of_another_layout_is_refused_before_any_file_is_read(tmp_path):
         other.find_or_insert(KEYS[:10])
         before = sorted_rows(other)
         with pytest.raises(tf.errors.InvalidArgumentError,
-                           match=r"^tfps: checkpointed table 'table' has format version 2, dim 4, 1 optimizer "
+                           match=r"^tfps: checkpointed table 'table' has format version 3, dim 4, 1 optimizer "
                                  rf"slot\(s\) and optimizer 1 \(adagrad\), but the table restoring it has "
                                  rf"dim {other.dim}"):
             tf.train.Checkpoint(table=other).read(path)
@@ -111,10 +111,10 @@ def test_a_newer_format_version_is_refused_naming_both_versions(tmp_path):
     path = str(tmp_path / "shard.rows")
     ops.tfps_table_save(table.resource_handle, path, 0, 1, 5)
     data = bytearray(open(path, "rb").read())
-    data[8] = 3  # the version field; the header checksum below is made to match it
+    data[8] = 4  # the version field; the header checksum below is made to match it
     data[60:64] = crc32c(bytes(data[:60])).to_bytes(4, "little")
     open(path, "wb").write(bytes(data))
-    with pytest.raises(tf.errors.FailedPreconditionError, match="format version 3; this tfps reads versions 1 to 2"):
+    with pytest.raises(tf.errors.FailedPreconditionError, match="format version 4; this tfps reads versions 1 to 3"):
         ops.tfps_row_files_check(table.resource_handle, [path], [-1], dim=DIM, num_slots=1, optimizer="adagrad")
 
 
@@ -132,13 +132,15 @@ def test_the_file_layout_is_as_documented(tmp_path):
     """Parses a row file with NumPy from docs/checkpoints.md alone."""
     from tfps._ops import ops
     table = trained_table(tfps.DynamicTable(DIM, optimizer="adagrad"))
+    for _ in range(2):
+        table.count_skipped_step()
     path = str(tmp_path / "shard.rows")
     ops.tfps_table_save(table.resource_handle, path, 0, 1, 5, max_chunk_bytes=64 * 1024)
     data = open(path, "rb").read()
     assert data[:8] == b"TFPSROWS"
     version, dim, slots, optimizer = np.frombuffer(data, np.uint32, 4, 8)
     clock = int(np.frombuffer(data, np.int64, 1, 24)[0])
-    assert (version, dim, slots, optimizer, clock) == (2, DIM, 1, 1, 3)
+    assert (version, dim, slots, optimizer, clock) == (3, DIM, 1, 1, 3)
     assert np.frombuffer(data, np.uint32, 3, 32).tolist() == [0, 1, 0]  # shard 0 of 1, whole
     assert np.frombuffer(data[44:60], np.uint64).tolist() == [5, 0]  # save id; a whole file follows none
     assert int(np.frombuffer(data, np.uint32, 1, 60)[0]) == crc32c(data[:60])
@@ -152,12 +154,14 @@ def test_the_file_layout_is_as_documented(tmp_path):
         at += 4 * n * DIM * 2
         assert int(np.frombuffer(data, np.uint32, 1, at)[0]) == crc32c(data[start:at])
         offset, chunks = at + 4, chunks + 1
-    # The table's state after the rows: admitted, rejected, evicted, then (clock, time) pairs.
+    # The table's state after the rows: admitted, rejected, evicted, skipped steps, then
+    # (clock, time) pairs.
     assert data[offset:offset + 4] == b"TABL"
     n = int(np.frombuffer(data, np.uint32, 1, offset + 4)[0])
     state = np.frombuffer(data, np.int64, n, offset + 8)
-    assert n == 3  # no TTL in seconds: no clock times
-    assert state.tolist() == [table.stats()[k] for k in ("admitted", "rejected", "evicted")]
+    assert n == 4  # no TTL in seconds: no clock times
+    assert state.tolist() == [table.stats()[k] for k in ("admitted", "rejected", "evicted", "skipped_steps")]
+    assert state[3] == 2
     assert int(np.frombuffer(data, np.uint32, 1, offset + 8 + 8 * n)[0]) == crc32c(data[offset:offset + 8 + 8 * n])
     offset += 12 + 8 * n
     assert data[offset:offset + 4] == b"TEND" and len(data) == offset + 40
@@ -198,6 +202,48 @@ def test_a_version_1_file_from_the_documented_layout_restores(tmp_path):
     np.testing.assert_array_equal(rows["slots"], slots[order])
     np.testing.assert_array_equal(rows["metadata"], np.c_[metadata, np.zeros(3, np.int64)][order])
     assert int(table.clock()) == 9
+
+
+def test_a_version_2_file_restores_with_no_skipped_steps(tmp_path):
+    """Files written before tables counted skipped steps (a TABL record of three counters)
+    still restore, their counters and clock record kept."""
+    from tfps._ops import ops
+    keys = np.array([11, -4], np.int64)
+    metadata = np.array([[2, 1, 0, 0], [3, 1, 0, 0]], np.int64)
+    values = np.arange(2 * DIM, dtype=np.float32).reshape(2, DIM)
+    slots = np.full((2, 1, DIM), 0.5, np.float32)
+    header = bytearray(b"TFPSROWS" + np.array([2, DIM, 1, 1], np.uint32).tobytes() +
+                       np.array([4], np.int64).tobytes() + np.array([0, 1, 0], np.uint32).tobytes())
+    header += bytes(60 - len(header))
+    header += crc32c(bytes(header)).to_bytes(4, "little")
+    records = b""
+    for magic, payload, n in ((b"CHNK", keys.tobytes() + metadata.tobytes() + values.tobytes() + slots.tobytes(), 2),
+                              (b"TABL", np.array([2, 7, 1], np.int64).tobytes(), 3)):
+        record = magic + np.uint32(n).tobytes() + payload
+        records += record + crc32c(record).to_bytes(4, "little")
+    footer = b"TEND" + bytes(4) + np.array([2, 1, 0], np.uint64).tobytes() + bytes(4)
+    footer += crc32c(footer).to_bytes(4, "little")
+    path = str(tmp_path / "v2.rows")
+    open(path, "wb").write(bytes(header) + records + footer)
+    table = tfps.DynamicTable(DIM, optimizer="adagrad")
+    ops.tfps_row_files_check(table.resource_handle, [path], [2], dim=DIM, num_slots=1, optimizer="adagrad")
+    assert int(ops.tfps_table_restore(table.resource_handle, [path], [2], 0, 1)) == 2
+    np.testing.assert_array_equal(table.find(keys).numpy(), values)
+    stats = table.stats()
+    assert [stats[k] for k in ("admitted", "rejected", "evicted", "skipped_steps", "clock")] == [2, 7, 1, 0, 4]
+
+
+def test_skipped_steps_are_restored_whole_into_any_number_of_shards(tmp_path):
+    table = trained_table(ShardedTable(DIM, devices=["/cpu:0"] * 2))
+    for _ in range(3):
+        table.count_skipped_step()
+    path = tf.train.Checkpoint(table=table).write(str(tmp_path / "c"))
+    for shards in (1, 3):
+        restored = ShardedTable(DIM, devices=["/cpu:0"] * shards)
+        tf.train.Checkpoint(table=restored).read(path)
+        assert [s["skipped_steps"] for s in restored.stats()["shards"]] == [3] * shards
+        assert restored.stats()["skipped_steps"] == 3
+        assert restored.stats()["admitted"] == table.stats()["admitted"]  # shared out, summing to it
 
 
 def test_checkpoint_manager_deletes_the_table_files_of_checkpoints_it_drops(tmp_path):

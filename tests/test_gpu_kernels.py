@@ -19,7 +19,8 @@ from tests.required_tools import skip_without_tool
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE_OPS = ["Tfps>TableCreate", "Tfps>TableFind", "Tfps>TableFindOrInsert", "Tfps>TableApplyGradients",
              "Tfps>TableInsert", "Tfps>TableRemove", "Tfps>TableSize", "Tfps>TableClock", "Tfps>TableSetClock",
-             "Tfps>TableClear", "Tfps>TableExport", "Tfps>TableImport", "Tfps>TableStats", "Tfps>TableEvict"]
+             "Tfps>TableClear", "Tfps>TableExport", "Tfps>TableImport", "Tfps>TableStats", "Tfps>TableEvict",
+             "Tfps>TableCountSkippedStep"]
 DIM = 4
 
 
@@ -148,6 +149,7 @@ def run_error(build_and_run):
     ("nan_gradient", tf.errors.InvalidArgumentError, "gradients contain NaN or Inf; no row was updated"),
     ("inf_insert", tf.errors.InvalidArgumentError, "values contain NaN or Inf"),
     ("stats", tf.errors.UnimplementedError, "not available for a table on a GPU"),
+    ("skipped_step", tf.errors.UnimplementedError, "TableCountSkippedStep is not available for a table on a GPU"),
     ("admission", tf.errors.UnimplementedError, "a table on a GPU has no admission"),
     ("dim", tf.errors.InvalidArgumentError, "dim mismatch"),
 ])
@@ -165,6 +167,8 @@ def test_bad_calls_on_the_emulated_gpu_are_errors_that_say_why(emulated_kernels,
             session.run(table.insert(keys, tf.constant([[1.0] * DIM, [np.inf] * DIM])))
         elif case == "stats":
             session.run(tfps._ops.ops.tfps_table_stats(table.resource_handle))  # pylint: disable=protected-access
+        elif case == "skipped_step":
+            session.run(table.count_skipped_step())
         else:
             session.run(tfps._ops.ops.tfps_table_find(table.resource_handle, keys, dim=DIM + 1))  # pylint: disable=protected-access
 

@@ -683,6 +683,7 @@ TableStats Table::Stats() const {
   stats.admitted = admitted_.load();
   stats.rejected = rejected_.load();
   stats.evicted = evicted_.load();
+  stats.skipped_steps = skipped_steps_.load();
   if (config_.admission.kind != AdmissionKind::kNone) {
     stats.pending = SumOverStripes([](const Stripe& s) { return s.pending.EstimateKeys(); });
   }

@@ -100,7 +100,11 @@ struct TableStats {
   int64_t pending = 0;   // keys counted for admission (estimated, for a sketch)
   int64_t rejected = 0;  // occurrences of keys looked up without a row (their gradients dropped)
   int64_t evicted = 0;   // rows removed by eviction
+  int64_t skipped_steps = 0;  // optimizer steps skipped for a non-finite gradient
 };
+
+// The counters a table keeps of what training did to it, in their checkpoint order.
+enum Counter { kAdmitted = 0, kRejected = 1, kEvicted = 2, kSkippedSteps = 3, kNumCounters = 4 };
 
 struct ExportChunk {
   std::vector<int64_t> keys;
@@ -273,10 +277,14 @@ class Table {
   bool ReadSortedValues(int stripe, const std::vector<std::pair<uint64_t, uint64_t>>& order,
                         size_t begin, size_t end, float* values) const;
 
-  // Admission and eviction state beyond the rows, for checkpoints. Counters: admitted,
-  // rejected, evicted (the statistics of those names).
-  void Counters(int64_t out[3]) const;
-  void SetCounters(const int64_t counters[3]);
+  // An optimizer step that included the table was skipped for a non-finite gradient: its
+  // rows are as they were, and the step is counted (Stats().skipped_steps).
+  void CountSkippedStep() { skipped_steps_.fetch_add(1); }
+
+  // Admission and eviction state beyond the rows, for checkpoints. Counters: the
+  // statistics of those names, in Counter order.
+  void Counters(int64_t out[kNumCounters]) const;
+  void SetCounters(const int64_t counters[kNumCounters]);
   // When the clock reached each sampled value: (clock, wall-clock microseconds) pairs,
   // oldest first, which map a TTL in seconds onto steps.
   std::vector<std::pair<int64_t, int64_t>> ClockTimes() const;
@@ -382,7 +390,7 @@ class Table {
   // The row bytes a clear that kept its memory left backed, for RowMemoryBytes.
   std::atomic<int64_t> recycled_row_bytes_{0};
   std::atomic<int64_t> apply_calls_{0};
-  mutable std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_{0};
+  mutable std::atomic<int64_t> admitted_{0}, rejected_{0}, evicted_{0}, skipped_steps_{0};
   std::atomic<int64_t> idle_stripes_swept_at_{-1};  // the clock SweepIdleStripes last ran at
   mutable std::mutex clock_times_mu_;
   std::vector<std::pair<int64_t, int64_t>> clock_times_;

@@ -231,16 +231,18 @@ bool Table::DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>
   return true;
 }
 
-void Table::Counters(int64_t out[3]) const {
-  out[0] = admitted_.load();
-  out[1] = rejected_.load();
-  out[2] = evicted_.load();
+void Table::Counters(int64_t out[kNumCounters]) const {
+  out[kAdmitted] = admitted_.load();
+  out[kRejected] = rejected_.load();
+  out[kEvicted] = evicted_.load();
+  out[kSkippedSteps] = skipped_steps_.load();
 }
 
-void Table::SetCounters(const int64_t counters[3]) {
-  admitted_.store(counters[0]);
-  rejected_.store(counters[1]);
-  evicted_.store(counters[2]);
+void Table::SetCounters(const int64_t counters[kNumCounters]) {
+  admitted_.store(counters[kAdmitted]);
+  rejected_.store(counters[kRejected]);
+  evicted_.store(counters[kEvicted]);
+  skipped_steps_.store(counters[kSkippedSteps]);
 }
 
 std::vector<std::pair<int64_t, int64_t>> Table::ClockTimes() const {

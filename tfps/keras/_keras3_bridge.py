@@ -25,6 +25,7 @@ import threading
 
 import tensorflow as tf
 
+from tfps.keras import _non_finite as non_finite
 from tfps.keras import _optimizer_bridge as optimizer_bridge
 
 # The keys of each table gradient in the apply under way, by id of the proxy variable.
@@ -80,12 +81,26 @@ def bridged_apply(original):
         if not keys:
             return original(self, grads, trainable_variables)
         inner = getattr(self, "inner_optimizer", self)
-        check_optimizer(inner, [owner for _, owner in keys.values()])
-        _applying.keys = keys
-        try:
-            return original(self, positional, trainable_variables)
-        finally:
-            _applying.keys = None
+        owners = [owner for _, owner in keys.values()]
+        check_optimizer(inner, owners)
+
+        def apply_all():
+            _applying.keys = keys
+            try:
+                return original(self, positional, trainable_variables)
+            finally:
+                _applying.keys = None
+
+        if inner is not self:  # a loss-scale optimizer skips non-finite steps itself
+            return apply_all()
+        if not self.built:  # as Keras' apply does, but before a step that may be skipped
+            from keras.src import backend  # Keras 3 is imported by the layer that uses this
+            with backend.name_scope(self.name, caller=self):
+                self.build(variables)
+            self.built = True
+        checked = [(optimizer_bridge.described(variable), gradient)
+                   for gradient, variable in zip(positional, variables) if gradient is not None]
+        return non_finite.gated(apply_all, checked, owners, self.iterations)
 
     return apply
 
@@ -105,8 +120,8 @@ def bridged_update_step(original):
                 continue
             unique, owner = entry
             sums = tf.convert_to_tensor(gradient)  # sums each key's slices, if still sliced
-            applied.append(owner.apply_table_gradient(tf.IndexedSlices(sums, unique), unique=True,
-                                                      iterations=self.iterations))
+            applied.append(owner.apply_table_update(owner.table_update(
+                tf.IndexedSlices(sums, unique), unique=True, iterations=self.iterations)))
         with tf.control_dependencies(applied):
             return original(self, other_grads, other_variables, learning_rate)
 

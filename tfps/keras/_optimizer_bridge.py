@@ -19,11 +19,13 @@ TensorFlow's v1 optimizers (tf.compat.v1.train), which cannot carry the gradient
 instead of updating the proxy.
 """
 
+import collections
 import functools
 import weakref
 
 import tensorflow as tf
 
+from tfps.keras import _non_finite as non_finite
 from tfps.table import _lookup_routes as lookup_routes
 from tfps.table import keys as keys_lib
 
@@ -31,8 +33,9 @@ _OWNER_ATTRIBUTE = "_tfps_table_owner"
 
 
 def register_proxy(proxy, owner):
-    """Marks `proxy` as the table proxy of `owner`, which has `apply_table_gradient(slices,
-    unique, iterations)`. The proxy holds the owner weakly, so the layer and its table can be freed."""
+    """Marks `proxy` as the table proxy of `owner`, which has `table_update(slices, unique,
+    iterations)` and `apply_table_update(update)`. The proxy holds the owner weakly, so the
+    layer and its table can be freed."""
     setattr(proxy, _OWNER_ATTRIBUTE, weakref.ref(owner))
 
 
@@ -57,10 +60,14 @@ def owner_of(variable):
     return ref() if ref is not None else None
 
 
-def apply_to_table(table, gradient, unique, learning_rate=None):
-    """Applies IndexedSlices over table keys to `table` (a ShardedTable, or a WorkerCache in
-    front of one): each key once, its slices summed, at `learning_rate` (None: the table's
-    optimizer's own).
+class TableUpdate(collections.namedtuple("TableUpdate", ["keys", "sums", "learning_rate", "routing"])):
+    """One optimizer step's update of a table: distinct `keys` [n] with their gradient `sums`
+    [n, dim], at `learning_rate` (None: the table optimizer's own), along `routing` (the
+    keys' ShardedTable.route, or None)."""
+
+
+def summed_update(gradient, unique, learning_rate=None):
+    """The TableUpdate of IndexedSlices over table keys: each key once, its slices summed.
 
     unique: the optimizer has already summed repeated keys (the current tf_keras optimizers
     do, before clipping's results reach the variables).
@@ -73,7 +80,7 @@ def apply_to_table(table, gradient, unique, learning_rate=None):
     keys, values = gradient.indices, gradient.values
     if not unique:
         keys, values = keys_lib.sum_by_key(keys, values)
-    return table.apply_gradients(keys, values, learning_rate=learning_rate)
+    return TableUpdate(keys, values, learning_rate, None)
 
 
 def _split_table_pairs(grads_and_vars):
@@ -111,11 +118,30 @@ def refuse_what_misses_the_rows(optimizer, proxy, owner):
             "in a table; use an optimizer without use_ema")
 
 
-def _apply_table_pairs(optimizer, table_pairs, unique):
+def described(variable):
+    """A variable as errors name it: a table proxy by its layer (DynamicEmbedding <name>)."""
+    owner = owner_of(variable)
+    return f"DynamicEmbedding {owner.name}" if owner is not None else getattr(variable, "path", variable.name)
+
+
+def apply_step(optimizer, table_pairs, unique, others, apply_others):
+    """Applies one optimizer step of a model with tables, whole or not at all: each table
+    pair's TableUpdate (`unique`: the optimizer summed each key's slices), then `apply_others()` (every other variable's update and the
+    optimizer's iterations), only if every gradient the step would apply is finite
+    (tfps.keras._non_finite says what happens otherwise)."""
     # The Keras optimizer's step, before this apply counts: a schedule of the table's own
     # optimizer is evaluated where the Keras optimizer evaluates its own.
-    return [owner.apply_table_gradient(gradient, unique=unique, iterations=optimizer.iterations)
-            for gradient, _, owner in table_pairs]
+    updates = [(owner, owner.table_update(gradient, unique=unique, iterations=optimizer.iterations))
+               for gradient, _, owner in table_pairs]
+
+    def apply_all():
+        applied = [owner.apply_table_update(update) for owner, update in updates]
+        with tf.control_dependencies(applied):
+            return apply_others()
+
+    checked = ([(described(proxy), update.sums) for (_, proxy, _), (_, update) in zip(table_pairs, updates)]
+               + [(described(variable), gradient) for gradient, variable in others if gradient is not None])
+    return non_finite.gated(apply_all, checked, [owner for owner, _ in updates], optimizer.iterations)
 
 
 def bridged(original, unique, check=None):
@@ -129,9 +155,8 @@ def bridged(original, unique, check=None):
             return original(self, distribution, grads_and_vars, *args, **kwargs)
         if check is not None:
             check(self, table_pairs)
-        applied = _apply_table_pairs(self, table_pairs, unique)
-        with tf.control_dependencies(applied):
-            return original(self, distribution, others, *args, **kwargs)
+        return apply_step(self, table_pairs, unique, others,
+                          lambda: original(self, distribution, others, *args, **kwargs))
 
     return apply
 

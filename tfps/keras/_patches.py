@@ -27,6 +27,7 @@ from tfps.keras import _incremental_backup as incremental_backup
 from tfps.keras import _keras3_bridge as keras3_bridge
 from tfps.keras import _keras3_patches as keras3_patches
 from tfps.keras import _saving as keras_saving
+from tfps.keras import _step_metrics as step_metrics
 from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.keras import _synchronous_training as synchronous_training
 from tfps.keras import _worker_cache_flush as worker_cache_flush
@@ -87,6 +88,10 @@ PATCHES = (
           incremental_backup.refusing_step_backups_under_pss,
           "BackupAndRestore(save_freq=N), which tf_keras never runs under "
           "ParameterServerStrategy, is refused for a model with tables, naming IncrementalBackup"),
+    Patch("tf_keras.Model", "train_step", step_metrics.table_train_step,
+          "a model with tables updates its metrics after the step's finiteness check, and one "
+          "whose tables skip non-finite steps leaves a skipped step out of its loss trackers "
+          "and compiled metrics as well"),
     Patch("tf_keras.Model", "compile", xla.falling_back_from_xla,
           "jit_compile=True falls back to False for a model with tables, whose ops XLA cannot "
           "compile, as Keras 3 does"),
@@ -125,6 +130,10 @@ KERAS3_PATCHES = (
     Patch("keras.src.backend.tensorflow.optimizer.TFOptimizer", "_backend_update_step",
           keras3_bridge.bridged_update_step,
           "applies each key's sum to its table after unscaling, clipping and the finiteness check"),
+    Patch("keras.src.backend.tensorflow.trainer.TensorFlowTrainer", "train_step",
+          step_metrics.keras3_table_train_step,
+          "the same in Keras 3: metrics after the finiteness check, and a skipped step left "
+          "out of the loss tracker and compiled metrics"),
     Patch("keras.src.backend.tensorflow.export.TFExportArchive", "_backend_track_layer",
           keras3_patches.tracking_tables, "model.export() keeps the tables' rows"),
     Patch("keras.Model", "export", keras3_patches.refusing_padded_ids,

@@ -20,6 +20,8 @@ import tensorflow as tf
 import tf_keras as keras
 from tf_keras.src.engine import data_adapter
 
+from tfps.keras import _non_finite as non_finite
+from tfps.keras import _step_metrics as step_metrics
 from tfps.keras._accumulation import GradientAccumulator
 from tfps.table.sharded_table import task_devices
 
@@ -124,16 +126,23 @@ def _synchronous_step_functions(model, workers):
     accumulator = GradientAccumulator(model.trainable_variables, shared_by_workers=True, contributions=workers)
     strategy = model.distribute_strategy
 
+    skipping, gated = step_metrics.skips(model), step_metrics.has_tables(model)
+
     def add_batch(data, contribution):
         x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
-            loss = model.compute_loss(x, y, y_pred, sample_weight)
+            # A batch whose gradient is not finite makes its step refused or skipped.
+            with step_metrics.deferred_loss_trackers(model, y_pred, defer=skipping) as update_loss_trackers:
+                loss = model.compute_loss(x, y, y_pred, sample_weight)
             share = loss / workers  # the step's loss is the mean over every worker's batch
         model._validate_target_and_loss(y, loss)  # pylint: disable=protected-access
         # The model's variables as the replica reads them (they are what the tape watched).
-        accumulator.add(tape.gradient(share, model.trainable_variables), contribution=contribution)
-        return model.compute_metrics(x, y, y_pred, sample_weight)
+        gradients = tape.gradient(share, model.trainable_variables)
+        accumulator.add(gradients, contribution=contribution)
+        # Its metrics too, so that the step's refusal is what fails, or its skip leaves them.
+        return step_metrics.metrics_if(model, non_finite.all_finite(gradients) if gated else None, lambda: (
+            update_loss_trackers(), step_metrics.update_compiled_metrics(model, x, y, y_pred, sample_weight)))
 
     def contribution_function(contribution):
         @tf.function

@@ -21,7 +21,8 @@ class TableStats(keras.callbacks.Callback):
     At each epoch end, `{layer}/rows` and `{layer}/memory_mib` (index, mapped rows and
     admission counts, summed over the shards), and for a table with an admission or
     eviction policy or a row cap also `{layer}/admitted`, `/pending`, `/rejected` and
-    `/evicted` (see DynamicTable.stats), go into fit's logs, so History and other callbacks see them;
+    `/evicted`, and for a table that skips non-finite steps `{layer}/skipped_steps` (see
+    DynamicTable.stats), go into fit's logs, so History and other callbacks see them;
     with `log_dir` they are also written as TensorBoard scalars at the optimizer's step, and
     with `every_n_steps` every that many training steps as well (counted in steps, whatever
     `steps_per_execution`: at the end of each block of steps that reaches a multiple of
@@ -69,6 +70,8 @@ class TableStats(keras.callbacks.Callback):
             if layer.admission or layer.eviction or layer.max_rows:
                 for name in ("admitted", "pending", "rejected", "evicted"):
                     values[f"{layer.name}/{name}"] = stats[name]
+            if layer.non_finite == "skip":
+                values[f"{layer.name}/skipped_steps"] = stats["skipped_steps"]
         return values
 
     def _step(self):

@@ -32,7 +32,7 @@ from tfps.table.sharded_table import ShardedTable, on_every_shard
 from tfps.table.dynamic_table import DynamicTable
 
 SAVER_NAME = "tfps.DynamicTable"  # package.name of the registration below
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # custom_ops/table/kernels/row_file.h's kRowFileVersion
 _OPTIMIZERS = tuple(cls.op_name for cls in optimizers_lib.OPTIMIZERS)  # checkpoints record the index
 
 

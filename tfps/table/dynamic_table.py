@@ -254,7 +254,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         return ops.tfps_table_clock(self.resource_handle)
 
     STATS = ("rows", "memory_bytes", "row_memory_bytes", "clock", "admitted", "pending",
-             "rejected", "evicted")
+             "rejected", "evicted", "skipped_steps")
 
     def stats(self):
         """The table's statistics as ints, read in one op where the table lives (eager):
@@ -262,8 +262,14 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         admission); row_memory_bytes (the rows' part); clock; admitted (rows created by training lookups and
         applies); pending (keys waiting for admission, estimated for a sketch); rejected
         (occurrences of keys looked up without a row: their gradients dropped); evicted
-        (rows removed by eviction)."""
+        (rows removed by eviction); skipped_steps (optimizer steps that included the table
+        and were skipped for a non-finite gradient, DynamicEmbedding(non_finite="skip"))."""
         return dict(zip(self.STATS, ops.tfps_table_stats(self.resource_handle).numpy().tolist()))
+
+    def count_skipped_step(self):
+        """Counts an optimizer step that included the table and was skipped for a non-finite
+        gradient (stats()["skipped_steps"]); no row changes."""
+        return ops.tfps_table_count_skipped_step(self.resource_handle)
 
     def evict(self):
         """Sweeps the whole table now, removing the rows the eviction policy says go (TTL,

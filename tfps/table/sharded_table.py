@@ -245,12 +245,21 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     def clear(self):
         return tf.group([table.clear() for table in self._shards])
 
+    # Statistics every shard counts alike, of which the table's is the largest, not the sum.
+    _STATS_OF_EVERY_SHARD = ("clock", "skipped_steps")
+
     def stats(self):
         """The table's statistics: each shard's (DynamicTable.stats, on its own device) under
-        "shards", and their sums (the clock: the latest) at the top level (eager)."""
+        "shards", and their sums (the clock and skipped steps: the largest) at the top level
+        (eager)."""
         shards = [table.stats() for table in self._shards]
-        totals = {name: sum(s[name] for s in shards) for name in DynamicTable.STATS if name != "clock"}
-        return {**totals, "clock": max(s["clock"] for s in shards), "shards": shards}
+        totals = {name: (max if name in self._STATS_OF_EVERY_SHARD else sum)(s[name] for s in shards)
+                  for name in DynamicTable.STATS}
+        return {**totals, "shards": shards}
+
+    def count_skipped_step(self):
+        """Counts a skipped optimizer step on every shard (DynamicTable.count_skipped_step)."""
+        return tf.group([table.count_skipped_step() for table in self._shards])
 
     def evict(self):
         """Sweeps every shard now (each on its own device), removing the rows the eviction

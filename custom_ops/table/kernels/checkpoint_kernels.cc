@@ -153,9 +153,9 @@ class TableSaveOp : public OpKernel {
   static absl::Status SaveState(const Table& table, RowFileWriter* writer) {
     StateRecord record;
     record.kind = StateRecord::kTable;
-    int64_t counters[3];
+    int64_t counters[kNumCounters];
     table.Counters(counters);
-    record.table.assign(counters, counters + 3);
+    record.table.assign(counters, counters + kNumCounters);
     for (const auto& [clock, micros] : table.ClockTimes()) {
       record.table.push_back(clock);
       record.table.push_back(micros);
@@ -295,11 +295,11 @@ void RemoveKeysOf(Table& table, uint32_t shard, uint32_t num_shards, const Paral
 
 // The counters and clock record of the files a restore reads. Read alone (as many shards
 // as were saved), a file's state is the shard's; read by every new shard (the shard count
-// changed), the counters are summed and shared out, and the clock record is the newest
-// file's. Counts of keys waiting for admission go straight into the table: sketches merge
+// changed), the counters are summed and shared out, but for the skipped steps, which every
+// shard counts alike (the largest is kept), and the clock record is the newest file's. Counts of keys waiting for admission go straight into the table: sketches merge
 // (each counter the largest saved one it covers), exact counts of this shard's keys add.
 struct SavedState {
-  int64_t counters[3] = {0, 0, 0};
+  int64_t counters[kNumCounters] = {};
   int64_t newest_clock = -1;
   std::vector<std::pair<int64_t, int64_t>> clock_times;
   bool seen = false;
@@ -325,11 +325,13 @@ struct SavedState {
       return;
     }
     seen = true;
-    for (int i = 0; i < 3; ++i) counters[i] += record.table[i];
+    for (size_t i = 0; i < kNumCounters; ++i) {
+      counters[i] = i == kSkippedSteps ? std::max(counters[i], record.table[i]) : counters[i] + record.table[i];
+    }
     if (file_clock > newest_clock) {
       newest_clock = file_clock;
       clock_times.clear();
-      for (size_t i = 3; i + 1 < record.table.size(); i += 2) {
+      for (size_t i = kNumCounters; i + 1 < record.table.size(); i += 2) {
         clock_times.emplace_back(record.table[i], record.table[i + 1]);
       }
     }
@@ -337,10 +339,11 @@ struct SavedState {
 
   void Apply(Table& table, bool shared_out, uint32_t shard, uint32_t num_shards) const {
     if (!seen) return;  // files of format version 1 carry no state
-    int64_t mine[3];
-    for (int i = 0; i < 3; ++i) {
-      mine[i] = shared_out ? counters[i] / num_shards + (shard < counters[i] % num_shards ? 1 : 0)
-                           : counters[i];
+    int64_t mine[kNumCounters];
+    for (int i = 0; i < kNumCounters; ++i) {
+      mine[i] = shared_out && i != kSkippedSteps
+                    ? counters[i] / num_shards + (shard < counters[i] % num_shards ? 1 : 0)
+                    : counters[i];
     }
     table.SetCounters(mine);
     table.SetClockTimes(clock_times);

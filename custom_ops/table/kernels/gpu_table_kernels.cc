@@ -337,15 +337,15 @@ class GpuTableClearOp : public GpuTableOpKernel {
   bool keep_memory_ = false;
 };
 
-// Stats and Evict read the CPU table's admission and eviction state, which a GPU table
-// does not keep.
+// Stats, Evict and CountSkippedStep read or count the CPU table's admission, eviction and
+// training statistics, which a GPU table does not keep.
 class GpuTableUnsupportedOp : public GpuTableOpKernel {
  public:
   using GpuTableOpKernel::GpuTableOpKernel;
   absl::Status ComputeOnGpu(OpKernelContext*, gpu::GpuTable&, cudaStream_t) override {
     return absl::UnimplementedError(absl::StrCat(
-        type_string(), " is not available for a table on a GPU (it has no admission or eviction); "
-        "size() and export_chunk() are"));
+        type_string(), " is not available for a table on a GPU (it keeps no admission, eviction "
+        "or skipped-step statistics); size() and export_chunk() are"));
   }
 };
 
@@ -441,6 +441,8 @@ REGISTER_KERNEL_BUILDER(TFPS_GPU_KERNEL("Tfps>TableClear").HostMemory("table_han
 REGISTER_KERNEL_BUILDER(TFPS_GPU_KERNEL("Tfps>TableStats").HostMemory("table_handle").HostMemory("stats"),
                         GpuTableUnsupportedOp);
 REGISTER_KERNEL_BUILDER(TFPS_GPU_KERNEL("Tfps>TableEvict").HostMemory("table_handle").HostMemory("evicted"),
+                        GpuTableUnsupportedOp);
+REGISTER_KERNEL_BUILDER(TFPS_GPU_KERNEL("Tfps>TableCountSkippedStep").HostMemory("table_handle"),
                         GpuTableUnsupportedOp);
 REGISTER_KERNEL_BUILDER(TFPS_GPU_KERNEL("Tfps>TableExport")
                             .HostMemory("table_handle")

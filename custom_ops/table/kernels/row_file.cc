@@ -314,7 +314,10 @@ absl::Status RowFileReader::Next(ExportChunk* chunk, bool* done, StateRecord* st
     record.kind = StateRecord::kTable;
     record.table.resize(n);
     TF_RETURN_IF_ERROR(Read(n * sizeof(int64_t), record.table.data(), record_crc));
-    if (n < 3 || (n - 3) % 2 != 0) return Corrupt(absl::StrCat("a TABL record of ", n, " values"));
+    const uint64_t counters = header_.version < 3 ? kSkippedSteps : kNumCounters;
+    if (n < counters || (n - counters) % 2 != 0) return Corrupt(absl::StrCat("a TABL record of ", n, " values"));
+    // Version 2 counted no skipped steps: read as none.
+    if (counters < kNumCounters) record.table.insert(record.table.begin() + kSkippedSteps, 0);
   } else if (magic == kSketchMagic) {
     uint32_t sketch_head[4];
     TF_RETURN_IF_ERROR(Read(sizeof(sketch_head), sketch_head, record_crc));

@@ -6,8 +6,8 @@
 // rows (keys int64[n], metadata int64[n, 4] (version 1: [n, 3], no score), values
 // float[n, dim], slots float[n, slots, dim]) and, in a file of changes, "RMVD" removed keys
 // (int64[n]), which come before any row of the same keys; since version 2, after the rows,
-// the admission and eviction state: "TABL" (int64[n]: admitted, rejected, evicted, then
-// (clock, wall-clock microseconds) pairs), and the counts of keys waiting for admission,
+// the admission and eviction state: "TABL" (int64[n]: admitted, rejected, evicted, since
+// version 3 skipped steps, then (clock, wall-clock microseconds) pairs), and the counts of keys waiting for admission,
 // per stripe, "SKCH" (uint32 stripe, log2 of the stripe count, width, 0, then uint16
 // cells[n = 4 * width]) or "PEND" (keys int64[n], counts uint32[n]); then a 40-byte footer
 // [magic "TEND" | 0 | rows | row records | removed keys | 0 | CRC-32C of the footer], which
@@ -28,7 +28,7 @@
 
 namespace tfps {
 
-inline constexpr uint32_t kRowFileVersion = 2;
+inline constexpr uint32_t kRowFileVersion = 3;
 // RowFileHeader::kind: every row of the shard, or the changes since the shard's last save.
 inline constexpr uint32_t kWholeShard = 0, kShardChanges = 1;
 
@@ -63,7 +63,7 @@ uint64_t RowBytes(const RowFileHeader& header);
 struct StateRecord {
   enum Kind { kNone, kTable, kSketch, kPending };
   Kind kind = kNone;
-  std::vector<int64_t> table;  // kTable: admitted, rejected, evicted, (clock, micros) pairs
+  std::vector<int64_t> table;  // kTable: the Counter values, then (clock, micros) pairs
   uint32_t stripe = 0, log2_stripes = 0, width = 0;  // kSketch
   std::vector<uint16_t> cells;                       // kSketch: 4 * width
   std::vector<int64_t> keys;                         // kPending

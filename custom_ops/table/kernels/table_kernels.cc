@@ -271,15 +271,21 @@ class TableStatsOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     Tensor* stats = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({8}), &stats));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({9}), &stats));
     const TableStats s = table.Stats();
     auto out = stats->flat<int64_t>();
     int i = 0;
     for (int64_t v : {s.rows, s.memory_bytes, s.row_memory_bytes, s.clock, s.admitted, s.pending,
-                      s.rejected, s.evicted}) {
+                      s.rejected, s.evicted, s.skipped_steps}) {
       out(i++) = v;
     }
   }
+};
+
+class TableCountSkippedStepOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeWithTable(OpKernelContext*, Table& table) override { table.CountSkippedStep(); }
 };
 
 class TableEvictOp : public TableOpKernel {
@@ -420,6 +426,7 @@ REGISTER_KERNEL_BUILDER(Name("Tfps>TableClear").Device(DEVICE_CPU), TableClearOp
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableClock").Device(DEVICE_CPU), TableClockOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableSetClock").Device(DEVICE_CPU), TableSetClockOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableStats").Device(DEVICE_CPU), TableStatsOp);
+REGISTER_KERNEL_BUILDER(Name("Tfps>TableCountSkippedStep").Device(DEVICE_CPU), TableCountSkippedStepOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableEvict").Device(DEVICE_CPU), TableEvictOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableExport").Device(DEVICE_CPU), TableExportOp);
 REGISTER_KERNEL_BUILDER(Name("Tfps>TableImport").Device(DEVICE_CPU), TableImportOp);

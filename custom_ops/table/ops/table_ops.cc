@@ -177,16 +177,22 @@ REGISTER_OP("Tfps>TableClock")
     });
 
 // [rows, memory bytes (index, row blocks, admission counts), row block bytes, clock,
-// admitted, pending, rejected, evicted]: one small tensor, so statistics of a table on a
-// parameter server cost one round trip.
+// admitted, pending, rejected, evicted, skipped steps]: one small tensor, so statistics of
+// a table on a parameter server cost one round trip.
 REGISTER_OP("Tfps>TableStats")
     .Input("table_handle: resource")
     .Output("stats: int64")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(ScalarInput(c, 0));
-      c->set_output(0, c->Vector(8));
+      c->set_output(0, c->Vector(9));
       return absl::OkStatus();
     });
+
+// Counts an optimizer step that included the table and was skipped for a non-finite
+// gradient (its statistic skipped_steps); the rows are left as they are.
+REGISTER_OP("Tfps>TableCountSkippedStep")
+    .Input("table_handle: resource")
+    .SetShapeFn([](InferenceContext* c) { return ScalarInput(c, 0); });
 
 // Sweeps the whole table now, removing the rows its eviction policy says go; returns how
 // many went.
