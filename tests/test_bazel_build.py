@@ -56,11 +56,18 @@ def bazel_disk_cache():
     return path
 
 
+def environment_python():
+    """This environment's python3, whichever name ran the test, so that `python` and
+    `python3` give Bazel's actions (whose keys hold it) one environment and the disk cache
+    one entry. Not the resolved link: a virtual environment's python3 links to the base
+    interpreter, which lacks the environment's packages."""
+    named = os.path.join(sys.prefix, "bin", "python3")
+    return named if os.path.exists(named) else os.path.abspath(sys.executable)
+
+
 @skip_without_tool("bazel", "scripts/test.sh installs Debian's bazel-bootstrap")
 def test_bazel_builds_a_library_that_tensorflow_loads_and_runs(tmp_path):
-    # Resolved, so that `python` and `python3` give Bazel's actions (whose keys hold it) one
-    # environment and the disk cache one entry.
-    env = dict(os.environ, PYTHON_BIN_PATH=os.path.realpath(sys.executable))
+    env = dict(os.environ, PYTHON_BIN_PATH=environment_python())
     # Bazel's tree for this run lives under tmp_path and goes when the test ends, with no
     # convenience links left in the checkout: a tree per checkout (each of CI's clones)
     # would stay behind in ~/.cache/bazel, over a GiB of sandboxes each.
