@@ -7,6 +7,7 @@ checks that both builds list the same sources.
 CORE_SOURCES = [
     "custom_ops/core/block_cache.cc",
     "custom_ops/core/crc32c.cc",
+    "custom_ops/core/disk_store.cc",
     "custom_ops/core/eviction.cc",
     "custom_ops/core/memory.cc",
     "custom_ops/core/optimizer.cc",
@@ -15,6 +16,7 @@ CORE_SOURCES = [
     "custom_ops/core/table.cc",
     "custom_ops/core/table_save.cc",
     "custom_ops/core/table_serving.cc",
+    "custom_ops/core/tiers.cc",
 ]
 
 OP_SOURCES = [
@@ -39,9 +41,13 @@ OP_SOURCES = [
     "custom_ops/keys/kernels/dedup_kernels.cc",
 ]
 
+# Libraries the core links against: RocksDB holds a tiered table's rows on disk
+# (scripts/install_rocksdb.sh installs it).
+CORE_LINK_FLAGS = ["-lrocksdb"]
+
 # Each is a test program of its own.
 CORE_TEST_SOURCES = ["custom_ops/core/tests/table_test.cc", "custom_ops/core/tests/policies_test.cc",
-                     "custom_ops/core/tests/save_chains_test.cc"]
+                     "custom_ops/core/tests/save_chains_test.cc", "custom_ops/core/tests/tiers_test.cc"]
 
 # CUDA sources: compiled by custom_ops/core/gpu/build.sh (TF-free harness and benchmark)
 # and by `bazel build --config=cuda`; CI compiles them with nvcc so they never rot.

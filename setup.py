@@ -30,7 +30,7 @@ class BuildTfOpLibrary(build_ext):
              for source, obj in zip(ext.sources, objects)], cwd=HERE, cache_dir=build_config.object_cache_dir())
         output = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(output), exist_ok=True)
-        subprocess.run([cxx, "-shared", "-o", output] + objects + link_flags + ["-pthread"],
+        subprocess.run([cxx, "-shared", "-o", output] + objects + link_flags + build_config.CORE_LINK_FLAGS + ["-pthread"],
                        check=True)
 
 

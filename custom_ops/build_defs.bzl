@@ -15,8 +15,8 @@ TFPS_COPTS = [
 ]
 
 def tfps_core_library(name, srcs, hdrs):
-    """The TF-free table core."""
-    cc_library(name = name, srcs = srcs, hdrs = hdrs, copts = TFPS_COPTS, linkopts = ["-pthread"])
+    """The TF-free table core (RocksDB, from the system, holds a tiered table's rows on disk)."""
+    cc_library(name = name, srcs = srcs, hdrs = hdrs, copts = TFPS_COPTS, linkopts = ["-pthread", "-lrocksdb"])
 
 def tfps_op_library(name, srcs, hdrs, deps):
     """The TensorFlow op library, linked against the installed libtensorflow_framework."""

@@ -17,6 +17,7 @@ from tfps.table import keys as keys_lib
 from tfps.keras import _non_finite as non_finite_lib
 from tfps.keras import _optimizer_bridge as optimizer_bridge
 from tfps.table import optimizers as optimizers_lib
+from tfps.table import storage as storage_lib
 from tfps.table import _stock_ops as stock_ops
 from tfps.table.sharded_table import ShardedTable, check_transfer_dtype
 from tfps.table.dynamic_table import TableRows
@@ -100,7 +101,8 @@ class TableLookup:
 
     def _init_table_lookup(self, dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                            embeddings_regularizer, admission, eviction, max_rows,
-                           worker_cache_rows, max_staleness_steps, transfer_dtype, non_finite):
+                           worker_cache_rows, max_staleness_steps, transfer_dtype, non_finite,
+                           storage=None):
         dim = arguments.positive_int(dim, "dim", "DynamicEmbedding")
         seed = arguments.seed(seed if seed is not None else arguments.seed_of_name(self.name),
                               "DynamicEmbedding")
@@ -123,6 +125,7 @@ class TableLookup:
         self.admission = admission_lib.get(admission)
         self.eviction = eviction_lib.get(eviction)
         self.max_rows = eviction_lib.check_max_rows(max_rows, "DynamicEmbedding", self.eviction)
+        self.storage = storage_lib.get(storage) or storage_lib.InMemory()
         self.worker_cache_rows, self.max_staleness_steps = worker_cache_lib.check_arguments(
             worker_cache_rows, max_staleness_steps, self.eviction, f"DynamicEmbedding '{self.name}'")
         self.transfer_dtype = check_transfer_dtype(transfer_dtype, f"DynamicEmbedding '{self.name}'")
@@ -134,7 +137,7 @@ class TableLookup:
             self.table = ShardedTable(dim, optimizer=self.optimizer, initializer=self.initializer,
                                       seed=seed, name=self.name, admission=self.admission,
                                       eviction=self.eviction, max_rows=self.max_rows,
-                                      transfer_dtype=self.transfer_dtype)
+                                      transfer_dtype=self.transfer_dtype, storage=self.storage)
         self.worker_cache = None if self.worker_cache_rows is None else worker_cache_lib.WorkerCache(
             self.table, self.worker_cache_rows, self.max_staleness_steps, self.name)
         # Set by tfps.export while it traces the serving graph (use_serving_table): lookups
@@ -388,4 +391,5 @@ class TableLookup:
                 "eviction": eviction_lib.serialize(self.eviction), "max_rows": self.max_rows,
                 "worker_cache_rows": self.worker_cache_rows,
                 "max_staleness_steps": self.max_staleness_steps,
-                "transfer_dtype": self.transfer_dtype.name, "non_finite": self.non_finite}
+                "transfer_dtype": self.transfer_dtype.name, "non_finite": self.non_finite,
+                "storage": storage_lib.serialize(self.storage)}

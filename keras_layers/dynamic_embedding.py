@@ -62,6 +62,10 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
         and drops its gradient. None: every ID trained gets a row.
       eviction: a `tfps.eviction` policy (TTL, DecayedFrequency; LRU or LFU order a cap).
       max_rows: a cap on the table's rows, split over the parameter servers (None: none).
+      storage: `tfps.storage.Tiered(path=..., memory_rows=...)`: rows beyond a memory
+        budget (split over the parameter servers) keep their values and slots on each
+        parameter server's local disk, hot rows in memory (docs/tiered.md). None: all in
+        memory.
       worker_cache_rows, max_staleness_steps: a GEO-style cache of up to worker_cache_rows
         rows on each worker (None: no cache). A worker pulls a row once per cycle of
         max_staleness_steps + 1 steps and reads and trains its copy for the rest of the
@@ -87,14 +91,16 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
                  key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
                  admission=None, eviction=None, max_rows=None, worker_cache_rows=None,
-                 max_staleness_steps=None, transfer_dtype="float32", non_finite="refuse", **kwargs):
+                 max_staleness_steps=None, transfer_dtype="float32", non_finite="refuse", storage=None,
+                 **kwargs):
         # IDs are not activations: as a stock Embedding, no cast to the compute dtype, so a
         # float ID tensor reaches the lookup's check as the dtype the caller gave.
         kwargs["autocast"] = False
         super().__init__(**kwargs)
         self._init_table_lookup(dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                                 embeddings_regularizer, admission, eviction, max_rows,
-                                worker_cache_rows, max_staleness_steps, transfer_dtype, non_finite)
+                                worker_cache_rows, max_staleness_steps, transfer_dtype, non_finite,
+                                storage)
 
     def _check_strategy(self, strategy):
         optimizer_bridge.check_strategy(strategy, self.name)

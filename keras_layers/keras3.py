@@ -49,7 +49,8 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
     def __init__(self, dim, combiner=None, initializer=None, optimizer="adagrad",
                  key_dtype=tf.int64, seed=None, unseen="zeros", embeddings_regularizer=None,
                  admission=None, eviction=None, max_rows=None, worker_cache_rows=None,
-                 max_staleness_steps=None, transfer_dtype="float32", non_finite="refuse", **kwargs):
+                 max_staleness_steps=None, transfer_dtype="float32", non_finite="refuse", storage=None,
+                 **kwargs):
         _check_backend()
         kwargs["autocast"] = False  # IDs are not activations (see the tf_keras layer)
         super().__init__(**kwargs)
@@ -69,7 +70,8 @@ class DynamicEmbedding(TableLookup, keras.layers.Layer):
                 "takes it)")
         self._init_table_lookup(dim, combiner, initializer, optimizer, key_dtype, seed, unseen,
                                 embeddings_regularizer, admission, eviction, max_rows,
-                                worker_cache_rows, max_staleness_steps, transfer_dtype, non_finite)
+                                worker_cache_rows, max_staleness_steps, transfer_dtype, non_finite,
+                                storage)
 
     def _check_strategy(self, strategy):
         if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):

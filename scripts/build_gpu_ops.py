@@ -102,7 +102,7 @@ def build(mode, out, work):
         extra_link = [os.path.join(libdir, "libcudart_static.a"), "-ldl", "-lrt"]
     compile_all(jobs)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    subprocess.run([os.environ.get("CXX", "g++"), "-shared", "-o", out, *objects, *link_flags, *extra_link,
+    subprocess.run([os.environ.get("CXX", "g++"), "-shared", "-o", out, *objects, *link_flags, *build_config.CORE_LINK_FLAGS, *extra_link,
                     "-pthread"], check=True, cwd=ROOT)
     print(f"built {out}")
 

@@ -8,6 +8,7 @@ PY="${PYTHON:-python3}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 "$PY" -m pip install -q "tensorflow==${TF_VERSION}" "tf_keras==${TF_VERSION%.*}.*" \
   "tensorboard==${TF_VERSION%.*}.*" numpy pytest scikit-learn setuptools wheel matplotlib
+bash scripts/install_rocksdb.sh  # tiered tables keep rows on disk in RocksDB
 "$PY" -m pip install -q --no-build-isolation -e .
 # The table ops' GPU kernels, where a CUDA 12 nvcc (TensorFlow's CUDA major version) is at
 # hand ($NVCC, or nvcc on the PATH), or with any supported nvcc under TFPS_BUILD_GPU=1.

@@ -45,7 +45,7 @@ def test_core_cpp_tests_pass(tmp_path, core_objects, build, program):
     assert shutil.which(cxx), f"{cxx} is needed to build the C++ core tests"
     binary = str(tmp_path / "core_test")
     objects = compile_objects(cxx, FLAGS[build], [program], str(tmp_path)) + core_objects(cxx, build)
-    subprocess.run([cxx, *FLAGS[build], *objects, "-o", binary], check=True, timeout=600)
+    subprocess.run([cxx, *FLAGS[build], *objects, *build_config.CORE_LINK_FLAGS, "-o", binary], check=True, timeout=600)
     result = subprocess.run([binary], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert " 0 failed" in result.stdout

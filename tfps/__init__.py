@@ -22,6 +22,7 @@ if not _os.path.isdir(_os.path.join(__path__[0], "keras_layers")) and _os.path.i
 _PUBLIC_MODULES = {
     "admission": "tfps.table.admission",
     "eviction": "tfps.table.eviction",
+    "storage": "tfps.table.storage",
     "initializers": "tfps.table.initializers",
     "optimizers": "tfps.table.optimizers",
     "keys": "tfps.table.keys",

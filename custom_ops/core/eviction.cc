@@ -36,30 +36,6 @@ bool Expired(const EvictionConfig& e, const RowView& row, int64_t clock, int64_t
   }
 }
 
-// The cap's order: the lowest goes first.
-double Rank(const EvictionConfig& e, const RowView& row, int64_t clock) {
-  switch (e.kind) {
-    case EvictionKind::kLfu:
-      return row.header->count;
-    case EvictionKind::kDecayedFrequency:
-      return DecayedScore(*row.score, e.decay, row.header->last_step, clock);
-    default:  // LRU; TTL ranks by recency too
-      // Rows seen at the same step tie on recency; the one seen more often ranks higher,
-      // so a step that inserts many new rows evicts one of them before a hot row it
-      // also touched. The fraction stays below 1 and never crosses a step.
-      return row.header->last_step + row.header->count / (row.header->count + 1.0);
-  }
-}
-
-uint64_t NextRandom(uint64_t* state) {
-  uint64_t x = *state;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  *state = x;
-  return x;
-}
-
 int64_t NowMicros() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch()).count();
@@ -87,7 +63,8 @@ int64_t Table::SweepStripe(Stripe& s, uint64_t budget, int64_t clock, int64_t tt
     r = next + 1;
     const RowView row = layout.View(s.Row(next, row_bytes_));
     if (Expired(config_.eviction, row, clock, ttl_cutoff)) {
-      s.RemoveKey(row.header->key, TableHash(row.header->key), row_bytes_);
+      const uint64_t key = row.header->key;
+      RemoveRow(s, key, TableHash(key));
       ++removed;
     }
   }
@@ -140,6 +117,7 @@ void Table::SweepIdleStripes(int64_t clock, int64_t ttl_cutoff, const ParallelFo
     }
   });
   evicted_ += removed.load();
+  FlushAllDoomed();
 }
 
 int64_t Table::TtlCutoff() const {
@@ -176,10 +154,10 @@ void Table::EvictOneUnderCap(Stripe& s, int64_t clock) {
   int64_t victim = -1;
   double lowest = 0;
   for (int sampled = 0, tries = 0; sampled < kCapCandidates && tries < 8 * kCapCandidates; ++tries) {
-    const uint64_t r = NextRandom(&s.sample_state) % s.rows_used;
+    const uint64_t r = Stripe::NextSample(&s.sample_state) % s.rows_used;
     if (!s.IsLive(r)) continue;
     ++sampled;
-    const double rank = Rank(config_.eviction, layout.View(s.Row(r, row_bytes_)), clock);
+    const double rank = EvictionRank(config_.eviction, layout.View(s.Row(r, row_bytes_)), clock);
     if (victim < 0 || rank < lowest) {
       victim = static_cast<int64_t>(r);
       lowest = rank;
@@ -187,12 +165,12 @@ void Table::EvictOneUnderCap(Stripe& s, int64_t clock) {
   }
   if (victim < 0) {
     // An arena mostly free (the cap was met after heavy removals): the first live row on.
-    uint64_t r = NextRandom(&s.sample_state) % s.rows_used;
+    uint64_t r = Stripe::NextSample(&s.sample_state) % s.rows_used;
     while (!s.IsLive(r)) r = r + 1 == s.rows_used ? 0 : r + 1;
     victim = static_cast<int64_t>(r);
   }
   const uint64_t key = reinterpret_cast<const RowHeader*>(s.Row(victim, row_bytes_))->key;
-  s.RemoveKey(key, TableHash(key), row_bytes_);
+  RemoveRow(s, key, TableHash(key));
   ++evicted_;
 }
 
@@ -209,7 +187,17 @@ int64_t Table::Evict(const ParallelFor& parallel_for) {
     }
   });
   evicted_ += removed.load();
+  FlushAllDoomed();
   return removed.load();
+}
+
+void Table::FlushAllDoomed() {
+  if (!tiered()) return;
+  // Outside the parallel sweeps, whose threads must not throw.
+  for (auto& s : stripes_) {
+    std::unique_lock<std::shared_mutex> lock(s->mu);
+    FlushDoomed(*s);
+  }
 }
 
 }  // namespace tfps

@@ -20,6 +20,7 @@
 
 #include "custom_ops/core/hashing.h"
 #include "custom_ops/core/memory.h"
+#include "custom_ops/core/payload_arena.h"
 #include "custom_ops/core/pending.h"
 #include "custom_ops/core/table.h"
 
@@ -104,7 +105,8 @@ struct Stripe {
       : row_memory(row_memory),
         change_clock(change_clock),
         growth_phase(std::exp2(static_cast<double>(stripe_index) / num_stripes)),
-        sample_state(Mix64(static_cast<uint64_t>(stripe_index) + 1)) {}
+        sample_state(Mix64(static_cast<uint64_t>(stripe_index) + 1)),
+        demotion_sample_state(Mix64(static_cast<uint64_t>(stripe_index) + 0x9e3779b97f4a7c15ULL)) {}
 
   mutable std::shared_mutex mu;
   RegionAllocator* row_memory;  // the table's; chunks are released with it
@@ -142,7 +144,15 @@ struct Stripe {
   // last run, and the rows it is owed but has not yet visited (a fraction of a row).
   int64_t swept_at = -1;
   double sweep_owed = 0.0;
-  uint64_t sample_state;      // xorshift state for sampling eviction candidates
+  // xorshift states for sampling candidates: the cap's evictions, and a tiered table's
+  // demotions (apart, so that tiering never changes which rows the cap evicts).
+  uint64_t sample_state;
+  uint64_t demotion_sample_state;
+  // A tiered table's payloads in memory, and the keys whose disk records the batch under
+  // way removed (deleted from the disk when it ends).
+  PayloadArena payloads;
+  size_t payload_budget = 0;  // its share of TierConfig::memory_rows
+  std::vector<uint64_t> doomed_on_disk;
   // Changes for saves of changes: the change clock when each row and each 64 rows (the
   // newest of theirs, so a save of few changes skips the rest) last changed, and the keys
   // removed with the clock when they went, oldest first. A chunk's row stamps follow its
@@ -157,6 +167,16 @@ struct Stripe {
   // The newest stamp of any change here, row or removal (written under `mu` exclusively,
   // read under it shared).
   uint32_t last_change = 0;
+
+  // The next draw of the stripe's sampler (xorshift).
+  static uint64_t NextSample(uint64_t* state) {
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return x;
+  }
 
   static uint64_t ChunkRows(size_t c) { return kFirstChunkRows << c; }
   static uint64_t ChunkFirstRow(size_t c) { return kFirstChunkRows * ((uint64_t{1} << c) - 1); }
@@ -254,6 +274,8 @@ struct Stripe {
 
   // Frees the index; row chunks go back with the table's RegionAllocator.
   void FreeAll() {
+    payloads.Reset();
+    std::vector<uint64_t>().swap(doomed_on_disk);
     FreeIndexArrays(ctrl, slot_rows, capacity);
     DropSpare();
     chunks.clear();

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
@@ -226,11 +227,24 @@ Table::Table(const TableConfig& config)
     stripes_.push_back(std::make_unique<Stripe>(&row_memory_, &change_clock_, i, stripes));
     Stripe& s = *stripes_.back();
     s.ResetIndex(kMinCapacity);
+    s.payloads.Configure(LayoutOf(config).PayloadFloats());
     if (admission.kind != AdmissionKind::kNone) s.pending.Configure(width);
     // The cap, split as evenly as whole rows go.
     s.max_rows = max_rows / stripes + (static_cast<uint64_t>(i) < max_rows % stripes ? 1 : 0);
   }
   if (config.eviction.ttl_seconds > 0) RecordClockTime(0);
+  if (config.tier.memory_rows > 0) {
+    // Split as evenly as whole rows go: a budget below the number of stripes leaves some
+    // stripes none, whose payloads all go to disk as each call ends.
+    const int64_t budget = config.tier.memory_rows;
+    for (int i = 0; i < stripes; ++i) {
+      stripes_[i]->payload_budget = static_cast<size_t>(budget / stripes + (i < budget % stripes ? 1 : 0));
+    }
+    DiskStoreOptions options;
+    options.block_cache_bytes = config.tier.cache_bytes;
+    store_ = std::make_unique<DiskStore>(config.tier.directory,
+                                         LayoutOf(config).PayloadFloats() * sizeof(float), options);
+  }
 }
 
 Table::~Table() {
@@ -306,10 +320,21 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
   // its shards are an eighth of the work on two threads, and a thread left with the last
   // shard ran alone for about a tenth of a 1M-key find_or_insert.
   const int64_t num_items = static_cast<int64_t>(items.size());
+  // The pool's threads must not throw: the first error of an item (a disk tier's) is kept
+  // and thrown once every item is done.
+  std::exception_ptr error;
+  std::mutex error_mu;
   auto for_each_item = [&](int64_t cost, auto&& item_fn) {
     std::atomic<int64_t> next_item{0};
     parallel_for(num_items, std::max<int64_t>(1, cost), [&](int64_t, int64_t) {
-      for (int64_t i; (i = next_item.fetch_add(1)) < num_items;) item_fn(i);
+      for (int64_t i; (i = next_item.fetch_add(1)) < num_items;) {
+        try {
+          item_fn(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!error) error = std::current_exception();
+        }
+      }
     });
   };
   if (inserts) {
@@ -326,6 +351,8 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
       try {
         s.PrepareInserts(items[i].count, DistinctKeysToIndex(s, items[i]), row_bytes_, count_pending);
         prepared[i] = 1;
+        // A batch's keys each get a payload in memory at most (inserted or loaded).
+        if (tiered()) s.payloads.Reserve(static_cast<size_t>(items[i].count), s.row_memory);
       } catch (const AllocationFailure& e) {
         failed_bytes.store(e.bytes());
         failed.store(true);
@@ -351,6 +378,7 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
                   [&](int64_t i) { fn(*item_stripes[i], items[i]); });
   }
   SharedScratch().Release(std::move(grouped));
+  if (error) std::rethrow_exception(error);
 }
 
 RowView Table::AcquireRow(Stripe& s, const StripeBatch& batch, int64_t j, bool touch,
@@ -363,8 +391,12 @@ RowView Table::AcquireRow(Stripe& s, const StripeBatch& batch, int64_t j, bool t
     return layout.View(s.Row(s.slot_rows[slot], row_bytes_));
   }
   if (slot == kSlotAbsent && s.max_rows > 0 && s.size >= s.max_rows) MakeRoomUnderCap(s, clock);
-  const RowView row =
-      layout.View(s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, inserted, touch));
+  char* raw = s.FindOrAddRow(batch.keys[j], batch.hashes[j], row_bytes_, inserted, touch);
+  if (*inserted && tiered()) {  // a new row's payload starts in memory, with no disk record
+    *reinterpret_cast<uint64_t*>(raw + layout.PayloadReferenceOffset()) =
+        reinterpret_cast<uint64_t>(s.payloads.Take(raw));
+  }
+  const RowView row = layout.View(raw);
   if (*inserted) InitializeRow(config_, row);
   return row;
 }
@@ -379,16 +411,26 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
     ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
       std::shared_lock<std::shared_mutex> lock(s.mu);
+      std::vector<std::pair<float*, uint64_t>> on_disk;  // (output, key) of payloads on disk
       PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
                                         [&](int64_t j, float* out) {
         const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
         if (slot >= 0) {
-          Writer::Copy(layout.View(s.Row(s.slot_rows[slot], row_bytes_)).value, dim, out);
+          const RowView row = layout.View(s.Row(s.slot_rows[slot], row_bytes_));
+          if (row.resident()) {
+            Writer::Copy(row.value, dim, out);
+          } else {
+            on_disk.emplace_back(out, batch.keys[j]);
+          }
         } else {
           InitializeValue(config_, batch.keys[j], out);
         }
         if (exists != nullptr) exists[batch.order[j]] = slot >= 0;
       });
+      if (tiered()) {
+        payloads_found_ += batch.count - static_cast<int64_t>(on_disk.size());
+        CopyValuesFromDisk(on_disk);
+      }
     });
   });
 }
@@ -435,6 +477,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
     ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
       std::unique_lock<std::shared_mutex> lock(s.mu);
+      LoadPayloads(s, batch);
       int64_t created = 0, rejected = 0;
       PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
                                         [&](int64_t j, float* out) {
@@ -460,6 +503,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
         if (admitted != nullptr) admitted[i] = 1;
       });
       if (sweeps) evicted_ += SweepStripe(s, SweepBudget(s, batch.count, clock), clock, ttl_cutoff);
+      DemoteOverBudget(s);
       admitted_ += created;
       rejected_ += rejected;
     }, /*inserts=*/true);
@@ -490,6 +534,7 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
   const int64_t clock = call - 1;
   auto apply = [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
+    LoadPayloads(s, batch);
     int64_t created = 0;
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       const int64_t i = batch.order[j];
@@ -510,12 +555,16 @@ bool Table::ApplyGradients(const uint64_t* keys, int64_t n, const float* grads, 
         opt_step = *row.optimizer_step;
       }
       ApplyRow(optimizer, dim, grads + i * dim, row.value, row.slots, opt_step);
+      row.PayloadWritten();
       StampRow(config_.eviction, row, last_step);
     }, [&](int64_t j) { PrefetchLines(grads + batch.order[j] * dim, dim * sizeof(float)); });
+    DemoteOverBudget(s);
     admitted_ += created;
   };
   try {
-    ForEachStripeGroup(keys, n, 60 + 6 * dim, /*shared_lock=*/false, parallel_for, apply, inserts);
+    // A tiered table prepares room even where nothing is inserted: loaded payloads need it.
+    ForEachStripeGroup(keys, n, 60 + 6 * dim, /*shared_lock=*/false, parallel_for, apply,
+                       inserts || tiered());
   } catch (const std::bad_alloc&) {
     apply_calls_.fetch_sub(1);  // no row changed: neither does the clock
     throw;
@@ -531,10 +580,14 @@ void Table::WriteRows(const uint64_t* keys, int64_t n, int64_t cost_per_key, boo
   ForEachStripeGroup(keys, n, cost_per_key, /*shared_lock=*/false, parallel_for,
                      [&](Stripe& s, const StripeBatch& batch) {
     std::unique_lock<std::shared_mutex> lock(s.mu);
+    LoadPayloads(s, batch);
     PipelinedForEach(s, batch, row_bytes_, row_bytes_, [&](int64_t j) {
       bool inserted;
-      write(AcquireRow(s, batch, j, true, clock, &inserted, kSlotUnknown, under_cap), batch.order[j]);
+      const RowView row = AcquireRow(s, batch, j, true, clock, &inserted, kSlotUnknown, under_cap);
+      write(row, batch.order[j]);
+      row.PayloadWritten();
     });
+    DemoteOverBudget(s);
   }, /*inserts=*/true);
 }
 
@@ -568,9 +621,10 @@ int64_t Table::Remove(const uint64_t* keys, int64_t n, const ParallelFor& parall
     std::unique_lock<std::shared_mutex> lock(s.mu);
     int64_t local = 0;
     for (int64_t j = 0; j < batch.count; ++j) {
-      local += s.RemoveKey(batch.keys[j], batch.hashes[j], row_bytes_);
+      local += RemoveRow(s, batch.keys[j], batch.hashes[j]);
     }
     removed += local;
+    FlushDoomed(s);
   });
   return removed.load();
 }
@@ -642,6 +696,7 @@ void Table::Clear(bool keep_memory) {
     s->removals_lost_through = now;
     s->NoteChange(static_cast<uint32_t>(now));
   }
+  if (tiered()) store_->Clear();
 }
 
 template <typename Fn>
@@ -670,8 +725,8 @@ int64_t Table::MemoryBytes() const {
                                 s.word_stamps.capacity() * sizeof(uint32_t) +
                                 s.removed_keys.capacity() * sizeof(uint64_t) +
                                 s.removed_stamps.capacity() * sizeof(uint32_t) +
-                                s.pending.MemoryBytes());
-  });
+                                s.pending.MemoryBytes() + s.payloads.MemoryBytes());
+  }) + (tiered() ? store_->GetStats().memory_bytes : 0);
 }
 
 TableStats Table::Stats() const {
@@ -684,6 +739,16 @@ TableStats Table::Stats() const {
   stats.rejected = rejected_.load();
   stats.evicted = evicted_.load();
   stats.skipped_steps = skipped_steps_.load();
+  if (tiered()) {
+    stats.rows_in_memory = SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.payloads.in_use()); });
+    stats.payload_memory_bytes = SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.payloads.MemoryBytes()); });
+    stats.disk_bytes = store_->GetStats().disk_bytes;
+    stats.payloads_found = payloads_found_.load();
+    stats.payloads_read = payloads_read_.load();
+    stats.payloads_demoted = payloads_demoted_.load();
+  } else {
+    stats.rows_in_memory = stats.rows;
+  }
   if (config_.admission.kind != AdmissionKind::kNone) {
     stats.pending = SumOverStripes([](const Stripe& s) { return s.pending.EstimateKeys(); });
   }

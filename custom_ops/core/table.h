@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "custom_ops/core/disk_store.h"
 #include "custom_ops/core/hashing.h"
 #include "custom_ops/core/memory.h"
 #include "custom_ops/core/optimizer.h"
@@ -73,6 +74,16 @@ ParallelFor SerialParallelFor();
 // Splits work over `num_threads` std::threads (for tests and tools without TensorFlow).
 ParallelFor ThreadedParallelFor(int num_threads);
 
+// A tiered table keeps at most memory_rows payloads (values and optimizer slots) in
+// memory, split evenly over the stripes, and the rest in a DiskStore in `directory` (which
+// the table wipes when it opens it: the disk tier is a cache, never a checkpoint). Keys and
+// metadata always stay in memory. memory_rows 0: not tiered.
+struct TierConfig {
+  int64_t memory_rows = 0;
+  std::string directory;
+  int64_t cache_bytes = int64_t{32} << 20;  // the store's block cache
+};
+
 struct TableConfig {
   int dim = 8;
   OptimizerConfig optimizer;
@@ -82,6 +93,7 @@ struct TableConfig {
   bool huge_pages = false;  // rows on transparent huge pages (see RegionAllocator)
   AdmissionConfig admission;
   EvictionConfig eviction;
+  TierConfig tier;
 };
 
 // Metadata columns of Export/Import. kScore holds the bits of the float decayed-frequency
@@ -101,6 +113,13 @@ struct TableStats {
   int64_t rejected = 0;  // occurrences of keys looked up without a row (their gradients dropped)
   int64_t evicted = 0;   // rows removed by eviction
   int64_t skipped_steps = 0;  // optimizer steps skipped for a non-finite gradient
+  // A tiered table's (for another, every row is in memory and the rest are 0):
+  int64_t rows_in_memory = 0;        // rows whose payload is in memory
+  int64_t payload_memory_bytes = 0;  // the payload blocks (part of memory_bytes)
+  int64_t disk_bytes = 0;            // the disk tier's files
+  int64_t payloads_found = 0;        // payloads calls wanted that were in memory
+  int64_t payloads_read = 0;         // ... that were read from disk
+  int64_t payloads_demoted = 0;      // payloads moved to disk to keep within memory_rows
 };
 
 // The counters a table keeps of what training did to it, in their checkpoint order.
@@ -307,6 +326,9 @@ class Table {
   // Adds saved exact counts of keys not yet admitted. May throw AllocationFailure.
   void AddPending(const uint64_t* keys, const uint32_t* counts, int64_t n);
 
+  // The rows a tiered table's disk tier holds, counted by reading it (for tests).
+  int64_t DiskRows() const { return tiered() ? store_->CountRows() : 0; }
+
   // Returns the row of `key` (value, slots and metadata) for tests; false if absent.
   bool DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>* slots,
                 int64_t metadata[kNumMetadata]) const;
@@ -352,6 +374,29 @@ class Table {
   // Sum of count(stripe) over the stripes, each read under its shared lock.
   template <typename Fn>
   int64_t SumOverStripes(Fn&& count) const;
+  // The disk tier (tiers.cc). A stripe's batch that writes first loads the payloads of its
+  // keys that are on disk (stripe held exclusively, payload blocks reserved; throws
+  // DiskStoreError before changing anything), and when done moves the lowest-ranked
+  // payloads (EvictionRank) to disk until the stripe is within its share of memory_rows,
+  // and deletes the disk records of rows it removed.
+  bool tiered() const { return store_ != nullptr; }
+  void LoadPayloads(Stripe& s, const StripeBatch& batch);
+  void DemoteOverBudget(Stripe& s);
+  // Removes the row of `key` if present (returns whether it was): its payload block goes
+  // back, and its disk record is deleted by the stripe's next FlushDoomed (at the latest,
+  // when its batch ends).
+  bool RemoveRow(Stripe& s, uint64_t key, uint64_t hash) const;
+  void FlushDoomed(Stripe& s);
+  void FlushAllDoomed();  // every stripe's, each under its lock
+  // Copies the values of keys whose payloads are on disk to their outputs ((output, key)
+  // pairs), for Find (the stripe held shared).
+  void CopyValuesFromDisk(const std::vector<std::pair<float*, uint64_t>>& on_disk) const;
+  // The same for exports: fills the rows of `chunk` at the places listed (with their keys)
+  // in `on_disk`, and empties it.
+  void FillFromDisk(std::vector<std::pair<size_t, uint64_t>>* on_disk, ExportChunk* chunk) const;
+  // Reads the payloads (value and slots) of keys whose rows are on disk, into payloads
+  // (n x payload floats). For callers holding the stripes' locks shared.
+  void ReadPayloads(const std::vector<uint64_t>& keys, float* payloads) const;
   // Calls write(row, i) with the row of each keys[i], inserted (initial value, fresh
   // slots) if absent, under its stripe's exclusive lock; the row counts as changed.
   // `under_cap`: inserts evict under the row cap (AcquireRow).
@@ -407,6 +452,9 @@ class Table {
   mutable std::mutex chains_mu_;
   std::vector<ChainRecord> chains_;  // least recently saved first
   std::vector<std::unique_ptr<Stripe>> stripes_;
+  // The disk tier (null: not tiered).
+  std::unique_ptr<DiskStore> store_;
+  mutable std::atomic<int64_t> payloads_found_{0}, payloads_read_{0}, payloads_demoted_{0};
 };
 
 // "zeros", "uniform", "truncated_normal"; false if the name is unknown (optimizers:

@@ -23,10 +23,19 @@ void ClearChunk(ExportChunk* chunk) {
   chunk->metadata.clear();
 }
 
-void AppendRow(const RowView& row, int dim, int64_t slot_width, ExportChunk* chunk) {
+// Appends a row; one whose payload is on disk gets zeros, and its place and key go to
+// `on_disk` for Table::FillFromDisk.
+void AppendRow(const RowView& row, int dim, int64_t slot_width, ExportChunk* chunk,
+               std::vector<std::pair<size_t, uint64_t>>* on_disk) {
+  if (row.resident()) {
+    chunk->values.insert(chunk->values.end(), row.value, row.value + dim);
+    chunk->slots.insert(chunk->slots.end(), row.slots, row.slots + slot_width);
+  } else {
+    on_disk->emplace_back(chunk->keys.size(), row.header->key);
+    chunk->values.resize(chunk->values.size() + dim);
+    chunk->slots.resize(chunk->slots.size() + slot_width);
+  }
   chunk->keys.push_back(static_cast<int64_t>(row.header->key));
-  chunk->values.insert(chunk->values.end(), row.value, row.value + dim);
-  chunk->slots.insert(chunk->slots.end(), row.slots, row.slots + slot_width);
   chunk->metadata.push_back(row.header->count);
   chunk->metadata.push_back(row.header->last_step);
   chunk->metadata.push_back(row.optimizer_step != nullptr ? *row.optimizer_step : 0);
@@ -34,6 +43,24 @@ void AppendRow(const RowView& row, int dim, int64_t slot_width, ExportChunk* chu
 }
 
 }  // namespace
+
+void Table::FillFromDisk(std::vector<std::pair<size_t, uint64_t>>* on_disk, ExportChunk* chunk) const {
+  if (on_disk->empty()) return;
+  const RowLayout layout = LayoutOf(config_);
+  const size_t dim = config_.dim, slot_width = layout.num_slots * dim, floats = layout.PayloadFloats();
+  std::vector<uint64_t> keys(on_disk->size());
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = (*on_disk)[i].second;
+  std::vector<float> read(keys.size() * floats);
+  ReadPayloads(keys, read.data());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const size_t at = (*on_disk)[i].first;
+    const float* payload = read.data() + i * floats;
+    std::copy(payload, payload + dim, chunk->values.begin() + at * dim);
+    std::copy(payload + dim, payload + floats, chunk->slots.begin() + at * slot_width);
+  }
+  payloads_read_ += static_cast<int64_t>(keys.size());
+  on_disk->clear();
+}
 
 ExportChunk Table::Export(int64_t cursor, int64_t max_rows) const {
   ExportChunk chunk;
@@ -50,17 +77,21 @@ void Table::ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const
   int64_t s = std::max<int64_t>(0, cursor) >> kCursorRowBits;
   uint64_t r = static_cast<uint64_t>(std::max<int64_t>(0, cursor) & kCursorRowMask);
   const int64_t num_stripes = static_cast<int64_t>(stripes_.size());
+  // Payloads on disk are read while their stripe is held, so each row is one moment's.
+  std::vector<std::pair<size_t, uint64_t>> on_disk;
   for (; s < num_stripes; ++s, r = 0) {
     const Stripe& stripe = *stripes_[s];
     std::shared_lock<std::shared_mutex> lock(stripe.mu);
     for (; r < stripe.rows_used; ++r) {
       if (!stripe.IsLive(r)) continue;
       if (static_cast<int64_t>(chunk.keys.size()) == max_rows) {
+        FillFromDisk(&on_disk, &chunk);
         chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(r);
         return;
       }
-      AppendRow(layout.View(stripe.Row(r, row_bytes_)), dim, slot_width, &chunk);
+      AppendRow(layout.View(stripe.Row(r, row_bytes_)), dim, slot_width, &chunk, &on_disk);
     }
+    FillFromDisk(&on_disk, &chunk);
   }
   chunk.next_cursor = -1;
 }
@@ -181,9 +212,10 @@ void Table::SaveChunk(int64_t cursor, int64_t max_rows, int64_t changed_after,
     const int batch_rows = changed_only ? kPrefetchRows : 1;
     uint64_t batch[kPrefetchRows];
     int batched = 0;
+    std::vector<std::pair<size_t, uint64_t>> on_disk;
     auto append_batch = [&] {
       for (int i = 0; i < batched; ++i) {
-        AppendRow(layout.View(stripe.Row(batch[i], row_bytes_)), dim, slot_width, &chunk);
+        AppendRow(layout.View(stripe.Row(batch[i], row_bytes_)), dim, slot_width, &chunk, &on_disk);
       }
       batched = 0;
     };
@@ -198,6 +230,7 @@ void Table::SaveChunk(int64_t cursor, int64_t max_rows, int64_t changed_after,
         if (changed_only && !stripe.ChangedAfter(row_number, changed_after)) continue;
         if (static_cast<int64_t>(chunk.keys.size()) + batched == max_rows) {
           append_batch();
+          FillFromDisk(&on_disk, &chunk);
           chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(row_number);
           return;
         }
@@ -210,6 +243,7 @@ void Table::SaveChunk(int64_t cursor, int64_t max_rows, int64_t changed_after,
       }
     }
     append_batch();
+    FillFromDisk(&on_disk, &chunk);
   }
   chunk.next_cursor = -1;
 }
@@ -223,8 +257,10 @@ bool Table::DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>
   const int64_t slot = s.FindSlot(key, hash, row_bytes_);
   if (slot < 0) return false;
   ExportChunk chunk;
+  std::vector<std::pair<size_t, uint64_t>> on_disk;
   AppendRow(layout.View(s.Row(s.slot_rows[slot], row_bytes_)), config_.dim,
-            layout.num_slots * config_.dim, &chunk);
+            layout.num_slots * config_.dim, &chunk, &on_disk);
+  FillFromDisk(&on_disk, &chunk);
   *value = std::move(chunk.values);
   *slots = std::move(chunk.slots);
   std::copy(chunk.metadata.begin(), chunk.metadata.end(), metadata);

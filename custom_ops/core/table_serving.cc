@@ -12,16 +12,39 @@
 #include "custom_ops/core/table.h"
 
 namespace tfps {
+namespace {
+constexpr size_t kDiskBatch = 4096;  // rows read from the disk tier at once
+}  // namespace
 
 Table::ServingSelection Table::SelectForServing(int64_t min_count) const {
   const RowLayout layout = LayoutOf(config_);
   ServingSelection out;
+  const auto track_largest = [&](const float* value, uint64_t key) {
+    for (int d = 0; d < config_.dim; ++d) {
+      if (std::fabs(value[d]) > out.max_abs_value) {
+        out.max_abs_value = std::fabs(value[d]);
+        out.max_abs_key = key;
+      }
+    }
+  };
+  // Rows whose payloads are on disk, read a batch at a time.
+  std::vector<std::pair<float*, uint64_t>> on_disk;
+  std::vector<float> values;
+  const auto read_on_disk = [&] {
+    if (on_disk.empty()) return;
+    values.resize(on_disk.size() * config_.dim);
+    for (size_t i = 0; i < on_disk.size(); ++i) on_disk[i].first = values.data() + i * config_.dim;
+    CopyValuesFromDisk(on_disk);
+    for (size_t i = 0; i < on_disk.size(); ++i) track_largest(on_disk[i].first, on_disk[i].second);
+    on_disk.clear();
+  };
   out.picked.resize(stripes_.size());
   out.rows.assign(stripes_.size(), 0);
   for (size_t s = 0; s < stripes_.size(); ++s) {
     const Stripe& stripe = *stripes_[s];
     std::shared_lock<std::shared_mutex> lock(stripe.mu);
     std::vector<uint64_t>& picked = out.picked[s];
+    on_disk.clear();
     picked.assign(std::min<size_t>(stripe.live.size(), (stripe.rows_used + 63) / 64), 0);
     for (size_t word = 0; word < picked.size(); ++word) {
       for (uint64_t bits = stripe.live[word]; bits != 0; bits &= bits - 1) {
@@ -30,14 +53,15 @@ Table::ServingSelection Table::SelectForServing(int64_t min_count) const {
         if (static_cast<int64_t>(row.header->count) < min_count) continue;
         picked[word] |= uint64_t{1} << (r & 63);
         ++out.rows[s];
-        for (int d = 0; d < config_.dim; ++d) {
-          if (std::fabs(row.value[d]) > out.max_abs_value) {
-            out.max_abs_value = std::fabs(row.value[d]);
-            out.max_abs_key = row.header->key;
-          }
+        if (row.resident()) {
+          track_largest(row.value, row.header->key);
+        } else {
+          on_disk.emplace_back(nullptr, row.header->key);
+          if (on_disk.size() == kDiskBatch) read_on_disk();
         }
       }
     }
+    read_on_disk();  // under the stripe's lock, so each value is one moment's
   }
   return out;
 }
@@ -89,17 +113,21 @@ bool Table::ReadSortedValues(int s, const std::vector<std::pair<uint64_t, uint64
   const int dim = config_.dim;
   const Stripe& stripe = *stripes_[s];
   std::shared_lock<std::shared_mutex> lock(stripe.mu);
+  std::vector<std::pair<float*, uint64_t>> on_disk;
   for (size_t i = begin; i < end; ++i) {
     const auto [hash, r] = order[i];
     if (r >= stripe.rows_used) return false;
     const RowView row = layout.View(stripe.Row(r, row_bytes_));
     float* out = values + (i - begin) * dim;
-    if (TableHash(row.header->key) == hash) {
+    if (TableHash(row.header->key) != hash) {
+      std::fill(out, out + dim, 0.0f);  // its key went, and another key took the row
+    } else if (row.resident()) {
       std::memcpy(out, row.value, sizeof(float) * dim);
     } else {
-      std::fill(out, out + dim, 0.0f);  // its key went, and another key took the row
+      on_disk.emplace_back(out, row.header->key);
     }
   }
+  CopyValuesFromDisk(on_disk);
   return true;
 }
 

@@ -14,6 +14,7 @@ from tfps import _arguments as arguments
 from tfps.table import eviction as eviction_lib
 from tfps.table import initializers as initializers_lib
 from tfps.table import optimizers as optimizers_lib
+from tfps.table import storage as storage_lib
 from tfps._ops import ops
 
 
@@ -37,6 +38,11 @@ class TableRows(collections.namedtuple("TableRows", ["keys", "values", "slots", 
         if self.metadata.shape[-1] == 3:
             return tf.zeros(tf.shape(self.metadata)[:1], tf.float32)
         return tf.bitcast(tf.cast(self.metadata[:, 3], tf.uint32), tf.float32)
+
+
+def payload_bytes(dim, optimizer):
+    """Bytes of a row's value and slots in a table of `dim` with `optimizer`."""
+    return 4 * dim * (1 + optimizers_lib.get(optimizer).num_slots)
 
 
 _INT64_MAX = (1 << 63) - 1
@@ -78,11 +84,14 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
       eviction: a `tfps.eviction` policy (None: rows stay until removed).
       max_rows: a cap on this table's rows (None: none); inserts beyond it evict rows, in
         the eviction policy's order (least recently seen by default).
+      storage: `tfps.storage.Tiered(path=..., memory_rows=...)` keeps the payloads of the
+        rows beyond a memory budget on local disk (None or `tfps.storage.InMemory()`: every
+        row in memory).
     """
 
     def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0,
                  name="dynamic_table", huge_pages=None, admission=None, eviction=None,
-                 max_rows=None):
+                 max_rows=None, storage=None):
         dim = arguments.positive_int(dim, "dim", "DynamicTable")
         seed = arguments.seed(seed, "DynamicTable")
         self._dim = dim
@@ -94,6 +103,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         self._admission = admission_lib.get(admission)
         self._eviction = eviction_lib.get(eviction)
         self._max_rows = eviction_lib.check_max_rows(max_rows, "DynamicTable", self._eviction)
+        self._storage = storage_lib.get(storage) or storage_lib.InMemory()
         if huge_pages is None:
             huge_pages = os.environ.get("TFPS_HUGE_PAGES", "0") == "1"
         self._huge_pages = bool(huge_pages)
@@ -140,6 +150,15 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
     def max_rows(self):
         return self._max_rows
 
+    @property
+    def storage(self):
+        return self._storage
+
+    @property
+    def payload_bytes(self):
+        """Bytes of a row's value and optimizer slots (what a tiered table moves to disk)."""
+        return payload_bytes(self._dim, self._optimizer)
+
     def _create_resource(self):
         hyperparameters = self._optimizer.op_params()
         return ops.tfps_table_create(
@@ -154,14 +173,16 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             huge_pages=self._huge_pages,
             shared_name=self._shared_name,
             **admission_lib.op_attrs(self._admission),
-            **eviction_lib.op_attrs(self._eviction, self._max_rows or 0))
+            **eviction_lib.op_attrs(self._eviction, self._max_rows or 0),
+            **self._storage.op_attrs(self._shared_name, self.payload_bytes))
 
     def get_config(self):
         return {"dim": self._dim, "optimizer": optimizers_lib.serialize(self._optimizer),
                 "initializer": initializers_lib.serialize(self._initializer), "seed": self._seed,
                 "name": self._name, "huge_pages": self._huge_pages,
                 "admission": admission_lib.serialize(self._admission),
-                "eviction": eviction_lib.serialize(self._eviction), "max_rows": self._max_rows}
+                "eviction": eviction_lib.serialize(self._eviction), "max_rows": self._max_rows,
+                "storage": storage_lib.serialize(self._storage)}
 
     # A SavedModel revives the table from its arguments, so that loading needs tfps's
     # Python classes (whose ops the table's functions use anyway) and not a traced create
@@ -254,7 +275,8 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         return ops.tfps_table_clock(self.resource_handle)
 
     STATS = ("rows", "memory_bytes", "row_memory_bytes", "clock", "admitted", "pending",
-             "rejected", "evicted", "skipped_steps")
+             "rejected", "evicted", "skipped_steps", "rows_in_memory", "payload_memory_bytes",
+             "disk_bytes", "payloads_found", "payloads_read", "payloads_demoted")
 
     def stats(self):
         """The table's statistics as ints, read in one op where the table lives (eager):
@@ -263,7 +285,13 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         applies); pending (keys waiting for admission, estimated for a sketch); rejected
         (occurrences of keys looked up without a row: their gradients dropped); evicted
         (rows removed by eviction); skipped_steps (optimizer steps that included the table
-        and were skipped for a non-finite gradient, DynamicEmbedding(non_finite="skip"))."""
+        and were skipped for a non-finite gradient, DynamicEmbedding(non_finite="skip")).
+        Tiers (tfps.storage.Tiered; a table in memory has every row in memory and zeros):
+        rows_in_memory (rows whose value and slots are in memory); payload_memory_bytes
+        (their blocks, part of memory_bytes, which also counts the disk store's caches);
+        disk_bytes (the disk tier's files); payloads_found and payloads_read (payloads that
+        lookups and updates found in memory, and read from disk: the hit rate is
+        found / (found + read)); payloads_demoted (moved to disk to keep within the budget)."""
         return dict(zip(self.STATS, ops.tfps_table_stats(self.resource_handle).numpy().tolist()))
 
     def count_skipped_step(self):

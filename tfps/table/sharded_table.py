@@ -10,7 +10,8 @@ from tensorflow.python.trackable import base as trackable_base
 from tfps.table import _stock_ops as stock_ops
 from tfps.table import eviction as eviction_lib
 from tfps.table import keys as keys_lib
-from tfps.table.dynamic_table import DynamicTable, TableRows, config_from_proto, config_proto
+from tfps.table import storage as storage_lib
+from tfps.table.dynamic_table import DynamicTable, TableRows, config_from_proto, config_proto, payload_bytes
 
 _SHARD_PREFIX = "shard_"
 # What training's rows and gradients may cross between a worker and the parameter servers
@@ -78,6 +79,8 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
     Args:
       dim, optimizer, initializer, seed, name, admission, eviction: as for DynamicTable.
       max_rows: a cap on the table's rows, split evenly over the shards (None: none).
+      storage: as for DynamicTable; a Tiered budget is split evenly over the shards, each of
+        which keeps its disk tier on its own parameter server's disk.
       devices: one device per shard; None means the current strategy's PS tasks (one
         local shard when there are none).
       transfer_dtype: what training's rows (find_or_insert) and gradients (apply_gradients)
@@ -88,18 +91,20 @@ class ShardedTable(tf.__internal__.tracking.Trackable):
 
     def __init__(self, dim, optimizer="adagrad", initializer=None, seed=0, name="table",
                  devices=None, admission=None, eviction=None, max_rows=None,
-                 transfer_dtype=tf.float32):
+                 transfer_dtype=tf.float32, storage=None):
         self.transfer_dtype = check_transfer_dtype(transfer_dtype, "ShardedTable")
         self._devices = list(devices) if devices is not None else parameter_server_devices()
         max_rows = eviction_lib.check_max_rows(max_rows, "ShardedTable", eviction_lib.get(eviction))
         shard_caps = eviction_lib.split_max_rows(max_rows, len(self._devices))
+        self._storage = storage_lib.get(storage) or storage_lib.InMemory()
+        shard_storage = self._storage.shares(payload_bytes(dim, optimizer), len(self._devices))
         self._shards = []
         for i, (device, cap) in enumerate(zip(self._devices, shard_caps)):
             with tf.init_scope(), tf.device(device):
                 self._shards.append(DynamicTable(dim, optimizer=optimizer, initializer=initializer,
                                                  seed=seed, name=f"{name}_shard{i}",
                                                  admission=admission, eviction=eviction,
-                                                 max_rows=cap or None))
+                                                 max_rows=cap or None, storage=shard_storage[i]))
         for shard in self._shards:
             shard.in_sharded_table = True
         self._dim = dim

@@ -55,13 +55,20 @@ class TableExportForServingOp : public OpKernel {
     // Changes after this stamp are left to the next export of changes.
     const int64_t stamp = resource->table().BeginSave();
     const Table& table = resource->table();
+    RunOrReportOutOfMemory(ctx, kOp, resource->name(), [&] { Export(ctx, table, *prefix, stamp, resource->name()); },
+                           "the table is unchanged; the export is incomplete");
+  }
+
+ private:
+  void Export(OpKernelContext* ctx, const Table& table, const Tensor& prefix_input, int64_t stamp,
+              const std::string& name) {
+    const Tensor* prefix = &prefix_input;
     const Table::ServingSelection selection = table.SelectForServing(min_count_);
     OP_REQUIRES_OK(ctx, CheckFloat16Holds(kOp, value_dtype_, selection.max_abs_value, selection.max_abs_key,
-                                          resource->name()));
+                                          name));
     int64_t rows = 0;
     for (int64_t n : selection.rows) rows += n;
-    OP_REQUIRES_OK(ctx, Write(ctx, table, selection, rows, prefix->scalar<::tensorflow::tstring>()(),
-                              resource->name()));
+    OP_REQUIRES_OK(ctx, Write(ctx, table, selection, rows, prefix->scalar<::tensorflow::tstring>()(), name));
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = rows;
@@ -69,7 +76,6 @@ class TableExportForServingOp : public OpKernel {
     out->scalar<int64_t>()() = stamp;
   }
 
- private:
   absl::Status Write(OpKernelContext* ctx, const Table& table, const Table::ServingSelection& selection,
                      int64_t rows, const std::string& prefix, const std::string& name) {
     const int64_t dim = table.dim();

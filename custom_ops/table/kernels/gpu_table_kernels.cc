@@ -80,6 +80,7 @@ std::string PoliciesAGpuTableLacks(const TableConfig& config) {
   if (config.eviction.kind != EvictionKind::kNone) lacking.push_back("eviction");
   if (config.eviction.max_rows > 0) lacking.push_back("max_rows");
   if (config.huge_pages) lacking.push_back("huge_pages");
+  if (config.tier.memory_rows > 0) lacking.push_back("disk tier");
   std::string names;
   for (const auto& name : lacking) absl::StrAppend(&names, names.empty() ? "" : ", ", name);
   return names;

@@ -137,6 +137,10 @@ class TableCreateOp : public OpKernel {
                                 auto table = std::make_unique<Table>(config_);
                                 std::string name = shared_name_;
                                 *out = new TableResource(std::move(table), std::move(name));
+                              } catch (const DiskStoreError& e) {
+                                return absl::FailedPreconditionError(absl::StrCat(
+                                    "Tfps>TableCreate: table '", shared_name_,
+                                    "' cannot open its disk tier: ", e.what()));
                               } catch (const std::bad_alloc&) {
                                 const int64_t sketch = SketchBytes(config_);
                                 return OutOfMemory(
@@ -271,12 +275,13 @@ class TableStatsOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     Tensor* stats = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({9}), &stats));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({15}), &stats));
     const TableStats s = table.Stats();
     auto out = stats->flat<int64_t>();
     int i = 0;
     for (int64_t v : {s.rows, s.memory_bytes, s.row_memory_bytes, s.clock, s.admitted, s.pending,
-                      s.rejected, s.evicted, s.skipped_steps}) {
+                      s.rejected, s.evicted, s.skipped_steps, s.rows_in_memory, s.payload_memory_bytes,
+                      s.disk_bytes, s.payloads_found, s.payloads_read, s.payloads_demoted}) {
       out(i++) = v;
     }
   }

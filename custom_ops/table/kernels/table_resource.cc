@@ -26,6 +26,12 @@ absl::Status OutOfMemory(const std::string& op, const std::string& table, int64_
       ". Cap the table (max_rows), admit fewer keys, or give this process more memory"));
 }
 
+absl::Status DiskTierFailed(const std::string& op, const std::string& table, const std::string& what,
+                            const std::string& outcome) {
+  return absl::InternalError(absl::StrCat(op, " on table '", table, "': its disk tier failed: ", what,
+                                          "; ", outcome));
+}
+
 std::string DescribeTableConfig(const TableConfig& c) {
   static const char* kInitializers[] = {"zeros", "uniform", "truncated_normal"};
   const AdmissionConfig& a = c.admission;
@@ -111,6 +117,26 @@ absl::Status ParsePolicies(OpKernelConstruction* ctx, TableConfig* config) {
   return absl::OkStatus();
 }
 
+// The disk tier's attributes (TierConfig).
+absl::Status ParseTier(OpKernelConstruction* ctx, TableConfig* config) {
+  TierConfig& tier = config->tier;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("tier_memory_rows", &tier.memory_rows));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("tier_directory", &tier.directory));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("tier_cache_bytes", &tier.cache_bytes));
+  auto invalid = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("Tfps>TableCreate: ", parts...));
+  };
+  if (tier.memory_rows < 0) {
+    return invalid("tier_memory_rows must be >= 0 (0: every row in memory), got ", tier.memory_rows);
+  }
+  if ((tier.memory_rows > 0) != !tier.directory.empty()) {
+    return invalid("a tiered table needs both tier_memory_rows > 0 and a tier_directory, got ",
+                   tier.memory_rows, " and '", tier.directory, "'");
+  }
+  if (tier.cache_bytes < 0) return invalid("tier_cache_bytes must be >= 0, got ", tier.cache_bytes);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
@@ -173,7 +199,8 @@ absl::Status ParseTableConfig(OpKernelConstruction* ctx, TableConfig* config) {
     init.a = init_params[0];
     init.b = init_params[1];
   }
-  return ParsePolicies(ctx, config);
+  TF_RETURN_IF_ERROR(ParsePolicies(ctx, config));
+  return ParseTier(ctx, config);
 }
 
 absl::Status ParseResourceName(OpKernelConstruction* ctx, const std::string& prefix,

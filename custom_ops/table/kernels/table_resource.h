@@ -45,7 +45,12 @@ class TableResource : public ::tensorflow::ResourceBase {
 absl::Status OutOfMemory(const std::string& op, const std::string& table, int64_t bytes,
                          const std::string& outcome);
 
-// Runs fn(); an allocation failure inside it (table calls throw before changing anything)
+// An Internal error naming the op and the table whose disk tier failed (a tiered table
+// reads and writes its disk as calls need it), and what became of the table.
+absl::Status DiskTierFailed(const std::string& op, const std::string& table, const std::string& what,
+                            const std::string& outcome);
+
+// Runs fn(); an allocation failure or a disk tier's failure inside it (table calls throw before changing anything)
 // becomes the kernel's ResourceExhausted error instead of ending the process.
 template <typename Fn>
 void RunOrReportOutOfMemory(::tensorflow::OpKernelContext* ctx, const std::string& op,
@@ -57,6 +62,8 @@ void RunOrReportOutOfMemory(::tensorflow::OpKernelContext* ctx, const std::strin
     ctx->SetStatus(OutOfMemory(op, table, e.bytes(), outcome));
   } catch (const std::bad_alloc&) {
     ctx->SetStatus(OutOfMemory(op, table, -1, outcome));
+  } catch (const DiskStoreError& e) {
+    ctx->SetStatus(DiskTierFailed(op, table, e.what(), outcome));
   }
 }
 

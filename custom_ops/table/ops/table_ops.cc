@@ -72,6 +72,9 @@ REGISTER_OP("Tfps>TableCreate")
     .Attr("decay: float = 1.0")
     .Attr("threshold: float = 0.0")
     .Attr("max_rows: int = 0")
+    .Attr("tier_memory_rows: int = 0")
+    .Attr("tier_directory: string = ''")
+    .Attr("tier_cache_bytes: int = 33554432")
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
     .SetIsStateful()
@@ -176,15 +179,17 @@ REGISTER_OP("Tfps>TableClock")
       return absl::OkStatus();
     });
 
-// [rows, memory bytes (index, row blocks, admission counts), row block bytes, clock,
-// admitted, pending, rejected, evicted, skipped steps]: one small tensor, so statistics of
-// a table on a parameter server cost one round trip.
+// [rows, memory bytes (index, row blocks, admission counts, a tiered table's payloads
+// and its store's caches), row block bytes, clock, admitted, pending, rejected, evicted,
+// skipped steps, rows in memory, payload memory bytes, disk bytes, payloads found in
+// memory, payloads read from disk, payloads demoted]: one small tensor, so statistics of a
+// table on a parameter server cost one round trip.
 REGISTER_OP("Tfps>TableStats")
     .Input("table_handle: resource")
     .Output("stats: int64")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(ScalarInput(c, 0));
-      c->set_output(0, c->Vector(9));
+      c->set_output(0, c->Vector(15));
       return absl::OkStatus();
     });
 

@@ -1,0 +1,169 @@
+// The disk tier of a tiered table (TierConfig): which payloads are in memory, and moving
+// them between memory and the DiskStore. Rows (keys and metadata) never move; only a row's
+// payload reference changes (row_layout.h), so everything that reads rows by position
+// (saves, exports, serving, the eviction sweep) sees every row whichever tier holds its
+// payload.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "custom_ops/core/row_layout.h"
+#include "custom_ops/core/stripe.h"
+#include "custom_ops/core/table.h"
+
+namespace tfps {
+namespace {
+
+// Blocks sampled for each payload demoted: the lowest-ranked of them goes.
+constexpr int kDemotionCandidates = 8;
+
+std::string MissingPayload(const DiskStore& store, uint64_t key) {
+  return "tfps tiered table: the payload of key " + std::to_string(static_cast<int64_t>(key)) +
+         " is missing from its disk tier in " + store.directory();
+}
+
+}  // namespace
+
+void Table::LoadPayloads(Stripe& s, const StripeBatch& batch) {
+  if (!tiered()) return;
+  const RowLayout layout = LayoutOf(config_);
+  std::vector<std::pair<char*, uint64_t>> on_disk;  // (row, key)
+  int64_t found = 0;
+  for (int64_t j = 0; j < batch.count; ++j) {
+    const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
+    if (slot < 0) continue;
+    char* row = s.Row(s.slot_rows[slot], row_bytes_);
+    if (layout.View(row).resident()) {
+      ++found;
+    } else {
+      on_disk.emplace_back(row, batch.keys[j]);
+    }
+  }
+  payloads_found_ += found;
+  if (on_disk.empty()) return;
+  // A call may repeat a key: its payload is loaded once.
+  std::sort(on_disk.begin(), on_disk.end());
+  on_disk.erase(std::unique(on_disk.begin(), on_disk.end()), on_disk.end());
+  const size_t floats = layout.PayloadFloats();
+  std::vector<uint64_t> keys(on_disk.size());
+  for (size_t i = 0; i < on_disk.size(); ++i) keys[i] = on_disk[i].second;
+  std::vector<float> read(keys.size() * floats);
+  ReadPayloads(keys, read.data());
+  for (size_t i = 0; i < on_disk.size(); ++i) {
+    float* payload = s.payloads.Take(on_disk[i].first);
+    std::memcpy(payload, read.data() + i * floats, floats * sizeof(float));
+    *layout.View(on_disk[i].first).payload = reinterpret_cast<uint64_t>(payload) | kOnDisk | kDiskCurrent;
+  }
+  payloads_read_ += static_cast<int64_t>(on_disk.size());
+}
+
+void Table::ReadPayloads(const std::vector<uint64_t>& keys, float* payloads) const {
+  if (keys.empty()) return;
+  std::vector<uint8_t> found(keys.size());
+  if (store_->Get(static_cast<int64_t>(keys.size()), keys.data(), payloads, found.data()) !=
+      static_cast<int64_t>(keys.size())) {
+    const size_t missing = std::find(found.begin(), found.end(), 0) - found.begin();
+    throw DiskStoreError(MissingPayload(*store_, keys[missing]));
+  }
+}
+
+void Table::CopyValuesFromDisk(const std::vector<std::pair<float*, uint64_t>>& on_disk) const {
+  if (on_disk.empty()) return;
+  const size_t floats = LayoutOf(config_).PayloadFloats();
+  std::vector<uint64_t> keys(on_disk.size());
+  for (size_t i = 0; i < on_disk.size(); ++i) keys[i] = on_disk[i].second;
+  std::vector<float> read(keys.size() * floats);
+  ReadPayloads(keys, read.data());
+  for (size_t i = 0; i < on_disk.size(); ++i) {
+    std::memcpy(on_disk[i].first, read.data() + i * floats, config_.dim * sizeof(float));
+  }
+  payloads_read_ += static_cast<int64_t>(on_disk.size());
+}
+
+void Table::DemoteOverBudget(Stripe& s) {
+  if (!tiered()) return;
+  const RowLayout layout = LayoutOf(config_);
+  const size_t floats = layout.PayloadFloats();
+  const int64_t clock = apply_calls_.load();
+  struct Victim {
+    char* row;
+    uint64_t flags;
+  };
+  std::vector<Victim> victims;
+  std::vector<uint64_t> keys, written_keys;
+  std::vector<float> payloads;
+  while (s.payloads.in_use() > s.payload_budget) {
+    float* victim = nullptr;
+    double lowest = 0;
+    for (int sampled = 0, tries = 0; sampled < kDemotionCandidates && tries < 8 * kDemotionCandidates; ++tries) {
+      float* candidate = s.payloads.Sample(Stripe::NextSample(&s.demotion_sample_state));
+      if (candidate == nullptr) continue;
+      ++sampled;
+      const double rank = EvictionRank(config_.eviction,
+                                       layout.View(const_cast<char*>(PayloadArena::RowOf(candidate))), clock);
+      if (victim == nullptr || rank < lowest) {
+        victim = candidate;
+        lowest = rank;
+      }
+    }
+    // Blocks mostly free (many rows removed): the first block in use from a random one.
+    if (victim == nullptr) victim = s.payloads.InUseFrom(Stripe::NextSample(&s.demotion_sample_state));
+    char* row = const_cast<char*>(PayloadArena::RowOf(victim));
+    const RowView view = layout.View(row);
+    victims.push_back({row, *view.payload & kPayloadFlags});
+    keys.push_back(view.header->key);
+    payloads.insert(payloads.end(), victim, victim + floats);
+    s.payloads.Give(victim);
+    *view.payload = kOnDisk;
+  }
+  // Records of removed rows go first: a key removed and inserted again in this batch may
+  // be among the payloads written now.
+  FlushDoomed(s);
+  // Rows whose disk record is their payload as it is need no write.
+  std::vector<float> written;
+  for (size_t i = 0; i < victims.size(); ++i) {
+    if (victims[i].flags & kDiskCurrent) continue;
+    written_keys.push_back(keys[i]);
+    written.insert(written.end(), payloads.begin() + i * floats, payloads.begin() + (i + 1) * floats);
+  }
+  try {
+    if (!written_keys.empty()) store_->Put(static_cast<int64_t>(written_keys.size()), written_keys.data(), written.data());
+  } catch (...) {
+    // Back into memory (the blocks just given back are taken again, no allocation).
+    for (size_t i = 0; i < victims.size(); ++i) {
+      float* payload = s.payloads.Take(victims[i].row);
+      std::memcpy(payload, payloads.data() + i * floats, floats * sizeof(float));
+      *layout.View(victims[i].row).payload = reinterpret_cast<uint64_t>(payload) | victims[i].flags;
+    }
+    throw;
+  }
+  payloads_demoted_ += static_cast<int64_t>(victims.size());
+}
+
+void Table::FlushDoomed(Stripe& s) {
+  if (s.doomed_on_disk.empty()) return;
+  std::vector<uint64_t> doomed;
+  doomed.swap(s.doomed_on_disk);
+  store_->Delete(static_cast<int64_t>(doomed.size()), doomed.data());
+}
+
+bool Table::RemoveRow(Stripe& s, uint64_t key, uint64_t hash) const {
+  if (tiered()) {
+    const int64_t slot = s.FindSlot(key, hash, row_bytes_);
+    if (slot < 0) return false;
+    const RowView row = LayoutOf(config_).View(s.Row(s.slot_rows[slot], row_bytes_));
+    if (row.resident()) s.payloads.Give(row.value);
+    if (*row.payload & kOnDisk) {
+      try {
+        s.doomed_on_disk.push_back(key);
+      } catch (const std::bad_alloc&) {
+        // Removing must not fail: the record stays on disk, read by nothing.
+      }
+    }
+  }
+  return s.RemoveKey(key, hash, row_bytes_);
+}
+
+}  // namespace tfps
