@@ -47,7 +47,7 @@ def test_the_package_folder_shows_its_layers():
                        "table", "keras", "metrics", "cluster", "data"}
     # A layer's modules without a leading underscore are its public ones; helpers are private.
     public = {"table": {"dynamic_table", "sharded_table", "keys", "initializers", "optimizers",
-                        "admission", "eviction", "checkpoint"},
+                        "admission", "eviction", "storage", "checkpoint"},
               "keras": {"callbacks", "export"}, "cluster": {"distribute", "launch"},
               "data": {"criteo", "stream"}, "metrics": {"auc", "base", "calibration", "group_auc"}}
     for layer, modules in public.items():
