@@ -53,8 +53,8 @@ _OLD_PATHS = {
 
 def _in_the_launchers_process():
     """The process of `tfps-launch` or `python -m tfps.launch` starts and watches the
-    tasks' processes and uses none of TensorFlow: importing it there (seconds of CPU) would
-    only delay every task's start and the message for a bad flag."""
+    tasks' processes and uses none of TensorFlow: importing it there would only delay
+    every task's start and the message for a bad flag."""
     if _os.path.basename(_sys.argv[0]) == "tfps-launch":
         return True
     if _sys.argv[0] != "-m":  # it is "-m" while runpy imports the package of -m's module

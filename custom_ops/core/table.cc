@@ -318,7 +318,7 @@ void Table::ForEachStripeGroup(const uint64_t* keys, int64_t n, int64_t cost_per
   }
   // Threads take items one at a time instead of the shard ranges parallel_for hands out:
   // its shards are an eighth of the work on two threads, and a thread left with the last
-  // shard ran alone for about a tenth of a 1M-key find_or_insert.
+  // shard would run alone while the other waits.
   const int64_t num_items = static_cast<int64_t>(items.size());
   // The pool's threads must not throw: the first error of an item (a disk tier's) is kept
   // and thrown once every item is done.

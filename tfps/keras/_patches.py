@@ -192,7 +192,7 @@ _registered = []
 def _convert_no_tfps_code():
     """Adds tfps to autograph's libraries that it calls as they are (TensorFlow's list,
     which holds keras and tf_keras): tfps's code is graph code already, and converting it
-    cost several seconds of CPU in every process that builds a model with a table."""
+    would cost CPU in every process that builds a model with a table."""
     from tensorflow.python.autograph.core import config
 
     rule = config.DoNotConvert("tfps")
