@@ -62,8 +62,9 @@ class Job:
         import tensorflow as tf
         module = self.module()
         if self.name == "train_ctr":
-            return module.build_model(tf.distribute.get_strategy(), 16, 0.3,
-                                      **module.table_options(module.parse_arguments(self.arguments)))
+            options = module.table_options(module.parse_arguments(self.arguments))
+            options["storage"] = None  # a table of this process's own (the tier's are the servers')
+            return module.build_model(tf.distribute.get_strategy(), 16, 0.3, **options)
         import tfps
         return module.build_model(tf.distribute.get_strategy(), tfps.stream.DriftingStream(),
                                   module.parse_arguments(self.arguments))
@@ -77,12 +78,13 @@ JOBS = {
     # The same in synchronous steps (SynchronousTraining): each step reads a batch on both workers.
     "train_sync": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "2", "--sync"], 2,
                       3 * ROWS_PER_FILE // (2 * BATCH), "fields", "eval over"),
-    # Everything on: a worker cache with bfloat16 transfers, admission, TTL eviction and a
-    # row cap, beside the epoch checkpoints and backups every job has.
+    # Everything on: a worker cache with bfloat16 transfers, admission, TTL eviction, a row
+    # cap and a tiered table (a killed parameter server leaves its disk tier's files, which
+    # the restarted one wipes), beside the epoch checkpoints and backups every job has.
     "train_all": Job("train_ctr", ["--rows_per_file", str(ROWS_PER_FILE), "--epochs", "2",
                                    "--worker_cache_rows", "20000", "--max_staleness_steps", "2",
                                    "--transfer_dtype", "bfloat16", "--min_count", "2", "--ttl_steps", "40",
-                                   "--max_rows", "60000"], 2,
+                                   "--max_rows", "60000", "--tier_memory_rows", "20000"], 2,
                      3 * ROWS_PER_FILE // BATCH, "fields", "eval over"),
     "stream": Job("stream_ctr", ["--examples", str(6 * STREAM_CHUNK_STEPS * BATCH),
                                  "--chunk", str(STREAM_CHUNK_STEPS * BATCH), "--eval_examples", str(10 * BATCH)],

@@ -52,7 +52,9 @@ def table_options(args):
             "transfer_dtype": args.transfer_dtype,
             "admission": tfps.admission.MinCount(args.min_count) if args.min_count else None,
             "eviction": tfps.eviction.TTL(steps=args.ttl_steps) if args.ttl_steps else None,
-            "max_rows": args.max_rows or None, "non_finite": args.non_finite}
+            "max_rows": args.max_rows or None, "non_finite": args.non_finite,
+            "storage": tfps.storage.Tiered(args.tier_dir, memory_rows=args.tier_memory_rows)
+            if args.tier_memory_rows else None}
 
 
 def build_model(strategy, dim, learning_rate, **table_arguments):
@@ -199,6 +201,11 @@ def parse_arguments(argv=None):
                         help="evict rows unseen for this many optimizer steps (TTL; 0: none)")
     parser.add_argument("--max_rows", type=int, default=0,
                         help="a cap on the table's rows; a full one evicts rows seen least recently (0: none)")
+    parser.add_argument("--tier_memory_rows", type=int, default=0,
+                        help="keep the values and slots of at most this many rows in the parameter servers' "
+                        "memory and the rest on their local disks (0: all in memory; docs/tiered.md)")
+    parser.add_argument("--tier_dir", default=os.path.join(tempfile.gettempdir(), "tfps-tier"),
+                        help="with --tier_memory_rows: the directory on each parameter server's own disk")
     parser.add_argument("--non_finite", choices=("refuse", "skip"), default="refuse",
                         help="a step with a NaN or Inf gradient stops training (refuse) or is skipped "
                              "and counted (skip); either way none of it is applied (docs/keras.md)")
@@ -244,9 +251,13 @@ def main():
         args.backup_dir = os.path.join(out_dir, "backup")
 
     strategy = tfps.distribute.strategy_from_tf_config()  # ps/worker tasks serve here
-    model = build_model(strategy, args.dim, args.learning_rate, **table_options(args))
     config = tfps.distribute.tf_config()
-    if config and config["task"]["type"] == "evaluator":
+    evaluator = bool(config) and config["task"]["type"] == "evaluator"
+    options = table_options(args)
+    if evaluator:  # its table is its own, in its memory: the tier's directories are the servers'
+        options["storage"] = None
+    model = build_model(strategy, args.dim, args.learning_rate, **options)
+    if evaluator:
         return evaluate_checkpoints(model, args)  # reads the data the chief wrote
     files = sorted(glob.glob(os.path.join(args.data_dir, "*.tsv")))
     if not files:

@@ -108,6 +108,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             huge_pages = os.environ.get("TFPS_HUGE_PAGES", "0") == "1"
         self._huge_pages = bool(huge_pages)
         self._shared_name = f"{name}_{next(_table_ids)}_{id(self):x}"
+        self._tier_directory = self._storage.claim_directory(self, name)
         # A shard of a ShardedTable, whose checkpoint saver writes this table's rows.
         self.in_sharded_table = False
         super().__init__()
@@ -174,7 +175,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
             shared_name=self._shared_name,
             **admission_lib.op_attrs(self._admission),
             **eviction_lib.op_attrs(self._eviction, self._max_rows or 0),
-            **self._storage.op_attrs(self._shared_name, self.payload_bytes))
+            **self._storage.op_attrs(self._tier_directory, self.payload_bytes))
 
     def get_config(self):
         return {"dim": self._dim, "optimizer": optimizers_lib.serialize(self._optimizer),

@@ -18,6 +18,8 @@ docs/tiered.md gives the costs and figures.
 """
 
 import os
+import threading
+import weakref
 
 from tfps import _arguments as arguments
 from tfps.table._configurable import Configurable, Kind
@@ -35,6 +37,9 @@ class Storage(Configurable):
         """The create op's attributes for the table (or shard) named `shard_name`."""
         return {}
 
+    def claim_directory(self, owner, table_name):
+        return table_name
+
 
 class InMemory(Storage):
     """Every row in the parameter server's memory (the default)."""
@@ -49,8 +54,8 @@ class Tiered(Storage):
 
     Args (one of memory_rows or memory_bytes):
       path: a directory on each parameter server's own disk (an absolute path: it is read
-        where the table lives). Each shard of each table takes a subdirectory of its own,
-        wiped when the table is created and removed when it is destroyed.
+        where the table lives). Each shard of each table takes a subdirectory named after
+        it, wiped when the table is created and removed when it is destroyed.
       memory_rows: how many rows' payloads (value and slots) the table keeps in memory,
         split evenly over its shards.
       memory_bytes: the same as bytes of payload blocks: each row takes
@@ -97,9 +102,34 @@ class Tiered(Storage):
         return {"tier_memory_rows": self.rows_in_memory(payload_bytes),
                 "tier_directory": os.path.join(self.path, shard_name), "tier_cache_bytes": self.cache_bytes}
 
+    def claim_directory(self, owner, table_name):
+        """The subdirectory of `path` for the table (or shard) `table_name` that `owner`
+        creates: its name, or its name with ".1", ".2", ... while live tables of this
+        process hold those, released when `owner` is collected. A job that starts again
+        (a restarted cluster) names its tables alike, so each shard opens, and wipes, the
+        directory its killed predecessor left instead of leaving it on the disk."""
+        with _claims_lock:
+            base = os.path.join(self.path, table_name)
+            directory, n = base, 0
+            while directory in _claimed:
+                n += 1
+                directory = f"{base}.{n}"
+            _claimed.add(directory)
+        weakref.finalize(owner, _release, directory)
+        return os.path.basename(directory)
+
     def get_config(self):
         return {"path": self.path, "memory_rows": self.memory_rows, "memory_bytes": self.memory_bytes,
                 "cache_bytes": self.cache_bytes}
+
+
+_claims_lock = threading.Lock()
+_claimed = set()  # tier directories of this process's live tables
+
+
+def _release(directory):
+    with _claims_lock:
+        _claimed.discard(directory)
 
 
 KIND = Kind("storage", "storage", Storage, [InMemory, Tiered],
