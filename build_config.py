@@ -56,6 +56,8 @@ CUDA_SOURCES = ["custom_ops/core/gpu/gpu_table.cu.cc"]
 # their own by scripts/build_gpu_ops.py (and `bazel build --config=cuda`).
 GPU_KERNEL_SOURCES = ["custom_ops/table/kernels/gpu_table_kernels.cc"]
 CUDA_TEST_SOURCES = ["custom_ops/core/gpu/tests/gpu_table_harness.cu.cc"]
+# The harness's stand-in for disk_store.cc on a machine without RocksDB (custom_ops/core/gpu/core_sources.sh).
+HARNESS_ONLY_SOURCES = ["custom_ops/core/gpu/disk_store_absent.cc"]
 
 # -ffp-contract=off: initial values must round the same on every compiler and on the GPU.
 # -fno-math-errno: sqrtf becomes one instruction (results unchanged), so optimizer loops

@@ -9,6 +9,7 @@ import pytest
 import build_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TSAN_SUPPRESSIONS = os.path.join(ROOT, "custom_ops", "core", "tests", "tsan_suppressions.txt")
 FLAGS = {"debug": ["-std=c++17", "-O2", "-g", "-pthread"],
          "thread": ["-std=c++17", "-O1", "-g", "-pthread", "-fsanitize=thread"],
          "production": list(build_config.CXXFLAGS)}
@@ -46,7 +47,8 @@ def test_core_cpp_tests_pass(tmp_path, core_objects, build, program):
     binary = str(tmp_path / "core_test")
     objects = compile_objects(cxx, FLAGS[build], [program], str(tmp_path)) + core_objects(cxx, build)
     subprocess.run([cxx, *FLAGS[build], *objects, *build_config.CORE_LINK_FLAGS, "-o", binary], check=True, timeout=600)
-    result = subprocess.run([binary], capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, TSAN_OPTIONS=f"suppressions={TSAN_SUPPRESSIONS}")
+    result = subprocess.run([binary], capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert " 0 failed" in result.stdout
     assert "WARNING: ThreadSanitizer" not in result.stderr

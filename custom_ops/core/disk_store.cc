@@ -170,7 +170,7 @@ DiskStoreStats DiskStore::GetStats() const {
   rocks_->db->GetIntProperty(rocksdb::DB::Properties::kSizeAllMemTables, &memtables);
   rocks_->db->GetIntProperty(rocksdb::DB::Properties::kEstimateTableReadersMem, &readers);
   stats.memory_bytes = static_cast<int64_t>(memtables + readers + rocks_->cache->GetUsage());
-  stats.bytes_written = bytes_written_;
+  stats.bytes_written = bytes_written_.load();
   stats.bytes_flushed = static_cast<int64_t>(rocks_->statistics->getTickerCount(rocksdb::FLUSH_WRITE_BYTES));
   stats.bytes_compacted = static_cast<int64_t>(rocks_->statistics->getTickerCount(rocksdb::COMPACT_WRITE_BYTES));
   return stats;

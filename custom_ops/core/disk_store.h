@@ -9,6 +9,7 @@
 #ifndef TFPS_CORE_DISK_STORE_H_
 #define TFPS_CORE_DISK_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -67,7 +68,7 @@ class DiskStore {
   DiskStoreOptions options_;
   struct Rocks;  // the database and what it shares with the store (disk_store.cc)
   std::unique_ptr<Rocks> rocks_;
-  int64_t bytes_written_ = 0;
+  std::atomic<int64_t> bytes_written_{0};  // Put runs on many stripes at once
 };
 
 }  // namespace tfps

@@ -17,20 +17,13 @@ pids=()
 "$NVCC" "${CU_FLAGS[@]}" -x cu -c benchmarks/gpu_table.cu.cc -o "$OUT/benchmark.o" & pids+=($!)
 "$NVCC" "${CU_FLAGS[@]}" -x cu -c benchmarks/gpu_training_step.cu.cc -o "$OUT/training_step.o" & pids+=($!)
 CORE=()
-CORE_SOURCES=(custom_ops/core/*.cc)  # the CPU table the harness compares against
-LIBS=(-lpthread)
-# A machine with only CUDA has no RocksDB: its tables work, but for a tiered one.
-if [[ -e /usr/include/rocksdb/db.h ]]; then
-  LIBS+=(-lrocksdb)
-else
-  CORE_SOURCES=("${CORE_SOURCES[@]/custom_ops\/core\/disk_store.cc/custom_ops/core/gpu/disk_store_absent.cc}")
-fi
+source custom_ops/core/gpu/core_sources.sh
 for source in "${CORE_SOURCES[@]}"; do
   g++ "${CXX_FLAGS[@]}" -c "$source" -o "$OUT/$(basename "$source" .cc).o" & pids+=($!)
   CORE+=("$OUT/$(basename "$source" .cc).o")
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-"$NVCC" -arch="$ARCH" "$OUT/harness.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_harness" "${LIBS[@]}"
-"$NVCC" -arch="$ARCH" "$OUT/benchmark.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_benchmark" "${LIBS[@]}"
-"$NVCC" -arch="$ARCH" "$OUT/training_step.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_training_step" "${LIBS[@]}"
+"$NVCC" -arch="$ARCH" "$OUT/harness.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_harness" "${CORE_LIBS[@]}"
+"$NVCC" -arch="$ARCH" "$OUT/benchmark.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_benchmark" "${CORE_LIBS[@]}"
+"$NVCC" -arch="$ARCH" "$OUT/training_step.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_training_step" "${CORE_LIBS[@]}"
 echo "built $OUT/gpu_table_harness, $OUT/gpu_table_benchmark and $OUT/gpu_training_step"

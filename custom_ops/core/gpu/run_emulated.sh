@@ -21,12 +21,13 @@ fi
 EMULATED=(-DTFPS_GPU_EMULATION -Wall -Wextra -x c++)
 pids=()
 CORE=()
-for source in custom_ops/core/*.cc; do  # the CPU table the harness compares against
+source custom_ops/core/gpu/core_sources.sh
+for source in "${CORE_SOURCES[@]}"; do
   CORE+=("$OUT/$(basename "$source" .cc).o")
   "$CXX" "${FLAGS[@]}" -c "$source" -o "${CORE[-1]}" & pids+=($!)
 done
 "$CXX" "${FLAGS[@]}" "${EMULATED[@]}" -c custom_ops/core/gpu/gpu_table.cu.cc -o "$OUT/gpu_table.o" & pids+=($!)
 "$CXX" "${FLAGS[@]}" "${EMULATED[@]}" -c custom_ops/core/gpu/tests/gpu_table_harness.cu.cc -o "$OUT/harness.o" & pids+=($!)
 for pid in "${pids[@]}"; do wait "$pid"; done
-"$CXX" "${FLAGS[@]}" "$OUT/harness.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_harness"
+"$CXX" "${FLAGS[@]}" "$OUT/harness.o" "$OUT/gpu_table.o" "${CORE[@]}" -o "$OUT/gpu_table_harness" "${CORE_LIBS[@]}"
 "$OUT/gpu_table_harness" "${RUN_ARGS[@]}"
