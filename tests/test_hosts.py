@@ -1,0 +1,100 @@
+"""Clusters across hosts (tests/hosts.py: per task a network namespace with its own
+address, its own /tmp, and the shared directory at one path): the harness leaves nothing
+behind, also when SIGKILLed."""
+
+import glob
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import hosts as hosts_lib
+from tests import hosts_cleanup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.skipif(hosts_lib.unavailable() is not None,
+                                reason=f"no hosts here: {hosts_lib.unavailable()}")
+
+
+def links():
+    out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    return {line.split(":")[1].strip() for line in out.splitlines()}
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def run_processes(run_id):
+    """Live processes that inherited the run's TFPS_HOSTS_RUN."""
+    found = []
+    for environ in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(environ, "rb") as f:
+                marked = f"TFPS_HOSTS_RUN={run_id}".encode() in f.read().split(b"\0")
+        except OSError:
+            continue
+        if marked and alive(int(environ.split("/")[2])):
+            found.append(int(environ.split("/")[2]))
+    return found
+
+
+def assert_clean(run_id, links_before):
+    """Nothing of the run is left: namespaces, links, mounts, processes, directory."""
+    assert hosts_cleanup.namespaces(run_id) == []
+    assert links() == links_before
+    with open("/proc/self/mountinfo") as f:
+        assert run_id not in f.read()
+    assert run_processes(run_id) == []
+    assert not os.path.exists(hosts_cleanup.run_dir(run_id))
+
+
+def test_a_harness_killed_mid_run_leaves_no_namespace_link_mount_or_process(tmp_path):
+    """The harness SIGKILLed while every task (and a child each task started in its
+    session, which the launcher's death does not reach) runs: its watchdog removes all."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    pipe = shared / "pids"
+    os.mkfifo(pipe)
+    before = links()
+    reader = os.open(pipe, os.O_RDWR | os.O_NONBLOCK)  # a writer of its own: no end of file
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "tests.hosts", "--shared", str(shared), "--", "--log_dir", str(shared / "logs"),
+         os.path.join(ROOT, "tests", "cluster_programs", "spawning_program.py"), str(pipe), "--hold"],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        announced = harness.stderr.readline()
+        run_id, watchdog = re.search(r"hosts: run (\w+), watchdog pid (\d+)", announced).groups()
+        pids, text, deadline = {}, "", time.monotonic() + 120
+        while len(pids) < 10 and time.monotonic() < deadline:  # 5 tasks and their children
+            select.select([reader], [], [], 1)
+            try:
+                text += os.read(reader, 4096).decode()
+            except BlockingIOError:
+                continue
+            pids = dict(line.split() for line in text.splitlines())
+        assert len(pids) == 10, text
+        assert len(hosts_cleanup.namespaces(run_id)) == 6  # 5 hosts and the switch
+        assert all(alive(int(pid)) for pid in pids.values())
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        deadline = time.monotonic() + 60
+        while alive(int(watchdog)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(int(watchdog))
+    finally:
+        os.close(reader)
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+    assert_clean(run_id, before)
+    assert not [name for name, pid in pids.items() if alive(int(pid))]
