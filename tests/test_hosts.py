@@ -1,6 +1,7 @@
 """Clusters across hosts (tests/hosts.py: per task a network namespace with its own
-address, its own /tmp, and the shared directory at one path): the harness leaves nothing
-behind, also when SIGKILLed."""
+address, its own /tmp, and the shared directory at one path): a task that cannot reach the
+data service it was handed fails naming it; and the harness leaves nothing behind, also
+when SIGKILLed."""
 
 import glob
 import os
@@ -56,6 +57,18 @@ def assert_clean(run_id, links_before):
         assert run_id not in f.read()
     assert run_processes(run_id) == []
     assert not os.path.exists(hosts_cleanup.run_dir(run_id))
+
+
+def test_a_data_service_the_reader_cannot_reach_fails_naming_its_address():
+    """Instead of tf.data service's hour of retries: a refused dispatcher fails the reader
+    within the timeout given, naming the address."""
+    import tensorflow as tf
+    from tfps.cluster._ports import free_ports
+    from tfps.data import service
+    address = f"grpc://127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
+    with pytest.raises(tf.errors.DeadlineExceededError, match=rf"cannot reach the tf.data service .* at "
+                                                               rf"{address} \(Connection refused, for 1 s\)"):
+        service.distribute(tf.data.Dataset.range(4), address, "unreachable", timeout_seconds=1)
 
 
 def test_a_harness_killed_mid_run_leaves_no_namespace_link_mount_or_process(tmp_path):
