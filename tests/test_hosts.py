@@ -1,7 +1,7 @@
 """Clusters across hosts (tests/hosts.py: per task a network namespace with its own
-address, its own /tmp, and the shared directory at one path): a task that cannot reach the
-data service it was handed fails naming it; and the harness leaves nothing behind, also
-when SIGKILLed."""
+address, its own /tmp, and the shared directory at one path): a location local to each
+host is refused; a task that cannot reach the data service it was handed fails naming it;
+and the harness leaves nothing behind, also when SIGKILLed."""
 
 import glob
 import os
@@ -20,6 +20,10 @@ from tests import hosts_cleanup
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(hosts_lib.unavailable() is not None,
                                 reason=f"no hosts here: {hosts_lib.unavailable()}")
+
+TRAIN = os.path.join(ROOT, "examples", "train_ctr.py")
+TRAIN_ARGS = ["--num_files", "2", "--rows_per_file", "3000", "--epochs", "2", "--steps_per_epoch", "5",
+              "--batch_size", "256"]
 
 
 def links():
@@ -57,6 +61,32 @@ def assert_clean(run_id, links_before):
         assert run_id not in f.read()
     assert run_processes(run_id) == []
     assert not os.path.exists(hosts_cleanup.run_dir(run_id))
+
+
+def test_a_location_local_to_each_host_is_refused_naming_the_task_and_file(tmp_path):
+    """--out_dir in /tmp, which is each host's own: the first save fails at once, naming the
+    location and a parameter server that does not see it, and the run ends with an error."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    import tfps
+    tfps.data.write_criteo(str(shared / "data"), 2, 3000, seed=0)
+    before = links()
+    with hosts_lib.Hosts.for_cluster(2, 2, str(shared)) as hosts:
+        run_id = hosts.run_id
+        run = subprocess.run(hosts.launch_command([
+            "--max_restarts", "0", "--log_dir", str(shared / "logs"), TRAIN, *TRAIN_ARGS,
+            "--data_dir", str(shared / "data"), "--out_dir", "/tmp/run"]),
+            env=hosts.environment(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")), cwd=ROOT, capture_output=True,
+            text=True, timeout=600)
+        # The chief's own /tmp/run holds its files and none of the parameter servers'.
+        written = os.listdir(os.path.join(hosts.private_dir("chief_0"), "run"))
+    assert_clean(run_id, before)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert re.search(r"tfps: the checkpoint location /tmp/run/\S+ is not the same storage on "
+                     r"/job:ps/replica:0/task:0 as here: the file /tmp/run/\S+ written here is not visible "
+                     r"on /job:ps/replica:0/task:0; every task must reach the checkpoint location",
+                     run.stdout), run.stdout[-3000:]
+    assert "eval over" not in run.stdout and written
 
 
 def test_a_data_service_the_reader_cannot_reach_fails_naming_its_address():
