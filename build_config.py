@@ -39,6 +39,8 @@ OP_SOURCES = [
     "custom_ops/keys/ops/key_ops.cc",
     "custom_ops/keys/kernels/key_kernels.cc",
     "custom_ops/keys/kernels/dedup_kernels.cc",
+    "custom_ops/net/ops/net_ops.cc",
+    "custom_ops/net/kernels/reachable_kernel.cc",
 ]
 
 # Libraries the core links against: RocksDB holds a tiered table's rows on disk

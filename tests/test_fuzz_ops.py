@@ -199,6 +199,15 @@ POLICY_CASES = [
                                                       values_key="v", removed_key="r", chain=""),
     lambda: ops.tfps_table_export_changes_for_serving(hist.handle, "/tmp/fuzz_changes", 1, hashes_key="h",
                                                       values_key="v", removed_key="r", chain="c"),
+    # reachability checks: bad shapes, addresses and timeouts (never a wait: timeout 0)
+    lambda: ops.tfps_check_reachable("localhost:1", timeout_seconds=0.0, what="w"),
+    lambda: ops.tfps_check_reachable([["localhost:1"]], timeout_seconds=0.0, what="w"),
+    lambda: ops.tfps_check_reachable(tf.zeros([0], tf.string), timeout_seconds=0.0, what="w"),
+    lambda: ops.tfps_check_reachable(["", ":", "host:", ":80", "[::1]", "a:b:c", "grpc://", "x" * 100000],
+                                     timeout_seconds=0.0, what="w"),
+    lambda: ops.tfps_check_reachable(["localhost:99999999999"], timeout_seconds=0.0, what="w"),
+    lambda: ops.tfps_check_reachable(["localhost:1"], timeout_seconds=-1.0, what="w"),
+    lambda: ops.tfps_check_reachable(["localhost:1"], timeout_seconds=nan, what="w"),
 ]
 CASES += POLICY_CASES
 '''
@@ -245,9 +254,9 @@ def test_no_op_crashes_or_hangs_on_hostile_inputs():
     # inputs: empty batches, a scalar key, a negative step meaning the clock, saturating
     # steps and metadata, cursors past the end, an empty update, a group sum, a clock read,
     # a rate, saturating counts under admission, an evict, 4 metadata columns, an empty
-    # batch of keys to number or sum, zero-width or NaN values to sum).
+    # batch of keys to number or sum, zero-width or NaN values to sum, no address to reach).
     expected = ("oooeoeeeeeeeoooeeeeeeeeeoeeeooeeeeeeeeeeeeeeeeeeeeeeeeeeooeeooeeeeeoooeeeeeoeeeeeeeeeoeeeoeeeoeeeo"
-                "eeoeoeeeeeeeeeeeoooeeeeeeeeeee")
+                "eeoeoeeeeeeeeeeeoooeeeeeeeeeee" "eeoeeee")
     got = "".join("o" if outcomes[i] == "ok" else "e" for i in range(total))
     assert len(got) == len(expected)
     assert got == expected, [(i, outcomes[i]) for i in range(total) if got[i] != expected[i]]

@@ -165,8 +165,21 @@ def test_bad_flags_are_refused_naming_them_before_any_task_starts(tmp_path):
         ([str(tmp_path)], f"{tmp_path} is not a file"),
         ([str(tmp_path / "missing.py")], "missing.py does not exist"),
     ]
-    for args, message in cases:
-        run = subprocess.run([sys.executable, "-m", "tfps.launch", "--num_ps", "1", "--num_workers", "1",
+    # --hosts files (tfps/cluster/_hosts_file.py): not JSON, a task missing, counts that
+    # disagree with the flags; and neither the counts nor --hosts.
+    hosts = {name: tmp_path / f"{name}.json" for name in ("garbled", "no_ps", "two_ps")}
+    hosts["garbled"].write_text("{")
+    task = {"address": "10.0.0.1:2222", "exec": []}
+    hosts["no_ps"].write_text(json.dumps({"chief": [task], "worker": [task]}))
+    hosts["two_ps"].write_text(json.dumps({"chief": [task], "worker": [task], "ps": [task, task]}))
+    cases += [
+        (["--hosts", str(hosts["garbled"]), PROGRAM], f"--hosts {hosts['garbled']}: cannot read it as JSON"),
+        (["--hosts", str(hosts["no_ps"]), PROGRAM], "needs one chief, at least one worker and one ps"),
+        (["--hosts", str(hosts["two_ps"]), PROGRAM], f"--num_ps 1, but --hosts {hosts['two_ps']} lists 2"),
+    ]
+    counts = ["--num_ps", "1", "--num_workers", "1"]
+    for args, message in cases + [(["--num_ps", "1", PROGRAM], "--num_ps and --num_workers are required (or --hosts)")]:
+        run = subprocess.run([sys.executable, "-m", "tfps.launch", *(counts if args[0] != "--num_ps" else []),
                               *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
                              env=dict(os.environ, PYTHONPATH=ROOT))
         assert run.returncode != 0 and message in run.stderr, (args, run.stderr[-2000:])

@@ -1,6 +1,6 @@
 """tfps-launch: run a TF_CONFIG training program as a local parameter-server cluster.
 
-    tfps-launch --num_ps 2 --num_workers 2 [--evaluator [--evaluator_wait S]] [--log_dir DIR] SCRIPT [ARGS...]
+    tfps-launch (--num_ps 2 --num_workers 2 | --hosts FILE) [--evaluator [--evaluator_wait S]] [--log_dir DIR] SCRIPT [ARGS...]
 
 Starts a chief, the workers, the parameter servers (and an evaluator) as local processes
 on free 127.0.0.1 ports, each with its own TF_CONFIG, all running SCRIPT with ARGS. Each
@@ -14,7 +14,9 @@ process: its server leaves a status call unanswered, or its process is stopped) 
 --hang_timeout seconds (default 30) is killed and then treated as a task that died. Every
 restart is logged. An evaluator that fails is reported, not restarted (a restart of the
 whole cluster starts it again); after the chief ends, the evaluator has --evaluator_wait
-seconds to finish before it is stopped.
+seconds to finish before it is stopped. With --hosts FILE the tasks run where the file says
+(tfps/cluster/_hosts_file.py: each task's address and the command that runs it on its host),
+the same addresses in every restart, instead of on 127.0.0.1.
 """
 
 import argparse
@@ -32,6 +34,7 @@ import threading
 import time
 import uuid
 
+from tfps.cluster._hosts_file import read_hosts
 from tfps.cluster._ports import free_ports
 from tfps.cluster._task_health import HangWatch
 
@@ -208,7 +211,7 @@ def program_command(script, args):
 
 
 def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out=sys.stdout,
-           max_worker_restarts=3, max_restarts=3, hang_timeout=30.0, evaluator_wait=600.0):
+           max_worker_restarts=3, max_restarts=3, hang_timeout=30.0, evaluator_wait=600.0, hosts=None):
     """Runs the cluster until the chief exits; returns the chief's exit code.
 
     A worker that fails is restarted on its own (up to max_worker_restarts times); a
@@ -221,8 +224,14 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
     A task silent for `hang_timeout` seconds (tfps.cluster._task_health; 0: never) is killed, and
     then handled as a task that died. An evaluator (`evaluator=True`) that fails is reported
     and not restarted; after the chief ends, it has up to `evaluator_wait` seconds to
-    evaluate the last checkpoint and exit before it is stopped.
+    evaluate the last checkpoint and exit before it is stopped. `hosts` (read_hosts's (cluster,
+    exec prefixes)) runs each task at its address through its prefix, num_ps and num_workers
+    being the cluster's.
     """
+    if hosts is not None:
+        num_ps, num_workers = len(hosts[0]["ps"]), len(hosts[0]["worker"])
+        if evaluator and "evaluator_0" not in hosts[1]:
+            raise SystemExit("tfps-launch: --evaluator with --hosts needs an \"evaluator\" entry in the hosts file")
     if num_ps < 1 or num_workers < 1:
         raise SystemExit(f"tfps-launch: need --num_ps >= 1 and --num_workers >= 1, got {num_ps} and {num_workers}")
     if not hang_timeout >= 0:
@@ -250,12 +259,12 @@ def launch(num_ps, num_workers, script, args, log_dir=None, evaluator=False, out
     previous = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         for restart in range(max_restarts + 1):
-            cluster = cluster_spec(num_workers, num_ps)
+            cluster = hosts[0] if hosts is not None else cluster_spec(num_workers, num_ps)
             note(f"cluster {json.dumps(cluster)}; logs in {log_dir}")
             code, lost = _run_cluster(cluster, program_command(script, args), log_dir,
                                       evaluator_wait if evaluator else None, out,
                                       max_worker_restarts, restart, stopping, note, launch_id,
-                                      hang_timeout)
+                                      hang_timeout, hosts[1] if hosts is not None else {})
             if lost is None:
                 return code
             if restart == max_restarts:
@@ -321,17 +330,21 @@ def _log_end(task, code):
 
 
 def _run_cluster(cluster, command, log_dir, evaluator_wait, out, max_worker_restarts, restart,
-                 stopping, note, launch_id, hang_timeout):
-    """Runs one cluster (with an evaluator unless evaluator_wait is None); returns (exit
-    code, None) when the chief ends it or it is interrupted, or (the chief's exit code or
-    None, what was lost) when it must restart."""
+                 stopping, note, launch_id, hang_timeout, prefixes):
+    """Runs one cluster (with an evaluator unless evaluator_wait is None), each task's
+    command after its prefix in `prefixes`, if any; returns (exit code, None) when the chief
+    ends it or it is interrupted, or (the chief's exit code or None, what was lost) when it
+    must restart."""
     env = {"TFPS_CLUSTER_RESTARTS": str(restart), "TFPS_LAUNCH_ID": launch_id}
-    others = [Task("ps", i, cluster, command, log_dir, env=env) for i in range(len(cluster["ps"]))]
-    others += [Task("worker", i, cluster, command, log_dir, env=env)
-               for i in range(len(cluster["worker"]))]
+
+    def task(task_type, index, **kwargs):
+        return Task(task_type, index, cluster, prefixes.get(f"{task_type}_{index}", []) + command, log_dir,
+                    env=env, **kwargs)
+    others = [task("ps", i) for i in range(len(cluster["ps"]))]
+    others += [task("worker", i) for i in range(len(cluster["worker"]))]
     if evaluator_wait is not None:
-        others.append(Task("evaluator", 0, cluster, command, log_dir, env=env))
-    chief = Task("chief", 0, cluster, command, log_dir, stream_to=out, env=env)
+        others.append(task("evaluator", 0))
+    chief = task("chief", 0, stream_to=out)
     addresses = {f"{job}_{i}": address for job in ("ps", "worker")
                  for i, address in enumerate(cluster[job])}
     watch = None
@@ -412,8 +425,11 @@ def argument_parser():
     # a launcher flag (--eval, --max) would otherwise be taken for it or refused.
     parser = argparse.ArgumentParser(prog="tfps-launch", description=__doc__.splitlines()[0],
                                      allow_abbrev=False)
-    parser.add_argument("--num_ps", type=int, required=True)
-    parser.add_argument("--num_workers", type=int, required=True)
+    parser.add_argument("--num_ps", type=int, help="parameter servers (required without --hosts)")
+    parser.add_argument("--num_workers", type=int, help="workers (required without --hosts)")
+    parser.add_argument("--hosts", help="a JSON file of each task's address and the command that runs it "
+                                        "on its host (tfps/cluster/_hosts_file.py), instead of local "
+                                        "processes on 127.0.0.1")
     parser.add_argument("--evaluator", action="store_true",
                         help="start an evaluator task too (TF_CONFIG task type \"evaluator\"), "
                              "running the same program: sidecar evaluation of the chief's "
@@ -441,10 +457,19 @@ def main(argv=None):
     if not os.path.isfile(opts.script):
         parser.error(f"{opts.script} is not a file" if os.path.exists(opts.script)
                      else f"{opts.script} does not exist")
+    hosts = read_hosts(opts.hosts) if opts.hosts else None
+    if hosts is not None:
+        given = {"--num_ps": (opts.num_ps, len(hosts[0]["ps"])),
+                 "--num_workers": (opts.num_workers, len(hosts[0]["worker"]))}
+        for flag, (number, listed) in given.items():
+            if number is not None and number != listed:
+                parser.error(f"{flag} {number}, but --hosts {opts.hosts} lists {listed}")
+    elif opts.num_ps is None or opts.num_workers is None:
+        parser.error("--num_ps and --num_workers are required (or --hosts)")
     sys.exit(launch(opts.num_ps, opts.num_workers, opts.script, opts.args, opts.log_dir,
                     opts.evaluator, max_worker_restarts=opts.max_worker_restarts,
                     max_restarts=opts.max_restarts, hang_timeout=opts.hang_timeout,
-                    evaluator_wait=opts.evaluator_wait))
+                    evaluator_wait=opts.evaluator_wait, hosts=hosts))
 
 
 if __name__ == "__main__":

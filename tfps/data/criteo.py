@@ -8,7 +8,6 @@ skipped with a warning naming the file and line (once per line, however often a 
 dataset reads it), or raise. A line that passes holds only finite numbers.
 """
 
-import contextlib
 import json
 import os
 import sys
@@ -17,6 +16,8 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
+from tfps.data import service
+from tfps.data.service import local_data_service  # noqa: F401  (exported here, as before)
 from tfps.table import keys as keys_lib
 from tfps.table import _stock_ops as stock_ops
 
@@ -174,9 +175,7 @@ def criteo_dataset(files, batch_size, malformed="skip", shuffle_buffer=0, seed=N
     if data_service is not None:
         # Whole batches go to the consumers (one RPC per batch, not per line); each batch,
         # and so each line, goes to exactly one of them per epoch.
-        dataset = dataset.apply(tf.data.experimental.service.distribute(
-            processing_mode="distributed_epoch", service=data_service,
-            job_name=job_name or f"tfps-criteo-{uuid.uuid4().hex}"))
+        dataset = service.distribute(dataset, data_service, job_name or f"tfps-criteo-{uuid.uuid4().hex}")
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -214,15 +213,3 @@ def _count_and_report(mode, files):
             kept = {k: tf.boolean_mask(v, valid) for k, v in features.items()}
             return new_state, (kept, tf.boolean_mask(labels, valid))
     return step
-
-
-@contextlib.contextmanager
-def local_data_service(num_workers=2):
-    """An in-process tf.data service (a dispatcher and `num_workers` workers); yields its
-    address for criteo_dataset(data_service=...)."""
-    dispatcher = tf.data.experimental.service.DispatchServer()
-    address = dispatcher.target.split("://")[1]
-    workers = [tf.data.experimental.service.WorkerServer(
-        tf.data.experimental.service.WorkerConfig(dispatcher_address=address)) for _ in range(num_workers)]
-    yield dispatcher.target
-    del workers, dispatcher

@@ -17,6 +17,8 @@ import uuid
 
 import tensorflow as tf
 
+from tfps.data import service
+
 
 def _mix(x):
     """SplitMix64's finalizer on uint64 (every input bit moves every output bit)."""
@@ -81,7 +83,5 @@ class DriftingStream:
 
         dataset = batches.map(batch, num_parallel_calls=tf.data.AUTOTUNE)
         if data_service is not None:
-            dataset = dataset.apply(tf.data.experimental.service.distribute(
-                processing_mode="distributed_epoch", service=data_service,
-                job_name=f"tfps-stream-{uuid.uuid4().hex}"))
+            dataset = service.distribute(dataset, data_service, f"tfps-stream-{uuid.uuid4().hex}")
         return dataset.prefetch(tf.data.AUTOTUNE)

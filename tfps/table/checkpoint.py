@@ -27,6 +27,7 @@ import tensorflow as tf
 from tensorflow.python.saved_model import registration
 
 from tfps.table import optimizers as optimizers_lib
+from tfps.table import _shared_location
 from tfps._ops import ops
 from tfps.table.sharded_table import ShardedTable, on_every_shard
 from tfps.table.dynamic_table import DynamicTable
@@ -86,11 +87,16 @@ class TracedWriter:
     ParameterServerStrategy) traces its save function anew on every call; for a small
     save of changes, that tracing is most of the cost. Values are read when the function
     runs, so each write holds the variables' current values.
+
+    Before its first write to a directory, it checks that every task holding the
+    checkpoint's variables (the parameter servers, which write them and the tables' shards)
+    sees that directory as this task does, and fails naming the first that does not.
     """
 
     def __init__(self, checkpoint):
         self._checkpoint = checkpoint
         self._traced = {}  # (changes_only, chain) -> (objects signature, function)
+        self._checked = set()  # directories every task holding the checkpoint's objects sees
 
     def write(self, file_prefix, changes_only=False):
         """Writes the checkpoint at `file_prefix` (creating its directory, as
@@ -98,7 +104,11 @@ class TracedWriter:
         directory = os.path.dirname(file_prefix)
         if directory:
             tf.io.gfile.makedirs(directory)
-        signature = tuple(id(o) for o in tf.train.TrackableView(self._checkpoint).descendants())
+        objects = tf.train.TrackableView(self._checkpoint).descendants()
+        if directory not in self._checked:
+            _shared_location.check_shared(directory or ".", _shared_location.holding_tasks(objects))
+            self._checked.add(directory)
+        signature = tuple(id(o) for o in objects)
         kind = (changes_only, _mode.chain)
         known = self._traced.get(kind)
         if known is None or known[0] != signature:
