@@ -173,7 +173,7 @@ def test_a_data_service_the_reader_cannot_reach_fails_naming_its_address():
     within the timeout given, naming the address."""
     import tensorflow as tf
     from tfps.cluster._ports import free_ports
-    from tfps.data import service
+    from tfps.data import _service as service
     address = f"grpc://127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
     with pytest.raises(tf.errors.DeadlineExceededError, match=rf"cannot reach the tf.data service .* at "
                                                                rf"{address} \(Connection refused, for 1 s\)"):

@@ -16,8 +16,8 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
-from tfps.data import service
-from tfps.data.service import local_data_service  # noqa: F401  (exported here, as before)
+from tfps.data import _service as service
+from tfps.data._service import local_data_service  # noqa: F401  (exported here, as before)
 from tfps.table import keys as keys_lib
 from tfps.table import _stock_ops as stock_ops
 

@@ -17,7 +17,7 @@ import uuid
 
 import tensorflow as tf
 
-from tfps.data import service
+from tfps.data import _service as service
 
 
 def _mix(x):
