@@ -1,5 +1,6 @@
-// Rows on disk for a tiered table: a RocksDB database of fixed-size rows keyed by their
-// 64-bit key (8 bytes, big-endian). It is a cache of the table, never a checkpoint: opening
+// Rows on disk for a tiered table: a RocksDB database of fixed-size rows keyed by a 64-bit
+// id (8 bytes, big-endian, so ids ascend in the store's order; the table's ids are rows'
+// places, Stripe::DiskId). It is a cache of the table, never a checkpoint: opening
 // wipes whatever an earlier process left in the directory (a killed task's half-written
 // files included), the write-ahead log is off, nothing is synced, and closing removes it. RocksDB's own LOCK
 // file keeps a second live table out of the same directory. Every call is batched (one

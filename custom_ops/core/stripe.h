@@ -102,12 +102,19 @@ struct Stripe {
   // table doubles, every call rebuilds about the same share of it.
   Stripe(RegionAllocator* row_memory, const ChangeClock* change_clock, int stripe_index,
          int num_stripes)
-      : row_memory(row_memory),
+      : index(static_cast<uint32_t>(stripe_index)),
+        row_memory(row_memory),
         change_clock(change_clock),
         growth_phase(std::exp2(static_cast<double>(stripe_index) / num_stripes)),
         sample_state(Mix64(static_cast<uint64_t>(stripe_index) + 1)),
         demotion_sample_state(Mix64(static_cast<uint64_t>(stripe_index) + 0x9e3779b97f4a7c15ULL)) {}
 
+  // A tiered row's name in the disk tier: its stripe and row number, which it keeps for
+  // life (rows never move), so a save or export walking rows in order reads the disk in
+  // its key order.
+  uint64_t DiskId(uint64_t row) const { return (uint64_t{index} << 40) | row; }
+
+  const uint32_t index;
   mutable std::shared_mutex mu;
   RegionAllocator* row_memory;  // the table's; chunks are released with it
   const ChangeClock* change_clock;  // the table's
@@ -148,7 +155,7 @@ struct Stripe {
   // demotions (apart, so that tiering never changes which rows the cap evicts).
   uint64_t sample_state;
   uint64_t demotion_sample_state;
-  // A tiered table's payloads in memory, and the keys whose disk records the batch under
+  // A tiered table's payloads in memory, and the disk ids whose records the batch under
   // way removed (deleted from the disk when it ends).
   PayloadArena payloads;
   size_t payload_budget = 0;  // its share of TierConfig::memory_rows

@@ -411,7 +411,7 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
     ForEachStripeGroup(keys, n, 40 + dim, /*shared_lock=*/true, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
       std::shared_lock<std::shared_mutex> lock(s.mu);
-      std::vector<std::pair<float*, uint64_t>> on_disk;  // (output, key) of payloads on disk
+      std::vector<std::pair<float*, uint64_t>> on_disk;  // (output, disk id) of payloads on disk
       PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
                                         [&](int64_t j, float* out) {
         const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
@@ -420,7 +420,7 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
           if (row.resident()) {
             Writer::Copy(row.value, dim, out);
           } else {
-            on_disk.emplace_back(out, batch.keys[j]);
+            on_disk.emplace_back(out, s.DiskId(s.slot_rows[slot]));
           }
         } else {
           InitializeValue(config_, batch.keys[j], out);

@@ -388,15 +388,15 @@ class Table {
   bool RemoveRow(Stripe& s, uint64_t key, uint64_t hash) const;
   void FlushDoomed(Stripe& s);
   void FlushAllDoomed();  // every stripe's, each under its lock
-  // Copies the values of keys whose payloads are on disk to their outputs ((output, key)
-  // pairs), for Find (the stripe held shared).
+  // Copies the values of rows whose payloads are on disk to their outputs ((output, disk
+  // id) pairs, Stripe::DiskId), for Find (the stripe held shared).
   void CopyValuesFromDisk(const std::vector<std::pair<float*, uint64_t>>& on_disk) const;
-  // The same for exports: fills the rows of `chunk` at the places listed (with their keys)
-  // in `on_disk`, and empties it.
+  // The same for exports: fills the rows of `chunk` at the places listed (with their disk
+  // ids) in `on_disk`, and empties it.
   void FillFromDisk(std::vector<std::pair<size_t, uint64_t>>* on_disk, ExportChunk* chunk) const;
-  // Reads the payloads (value and slots) of keys whose rows are on disk, into payloads
+  // Reads the payloads (value and slots) of rows on disk, by disk id, into payloads
   // (n x payload floats). For callers holding the stripes' locks shared.
-  void ReadPayloads(const std::vector<uint64_t>& keys, float* payloads) const;
+  void ReadPayloads(const std::vector<uint64_t>& ids, float* payloads) const;
   // Calls write(row, i) with the row of each keys[i], inserted (initial value, fresh
   // slots) if absent, under its stripe's exclusive lock; the row counts as changed.
   // `under_cap`: inserts evict under the row cap (AcquireRow).

@@ -23,15 +23,15 @@ void ClearChunk(ExportChunk* chunk) {
   chunk->metadata.clear();
 }
 
-// Appends a row; one whose payload is on disk gets zeros, and its place and key go to
+// Appends a row; one whose payload is on disk gets zeros, and its place and disk id go to
 // `on_disk` for Table::FillFromDisk.
-void AppendRow(const RowView& row, int dim, int64_t slot_width, ExportChunk* chunk,
+void AppendRow(const RowView& row, uint64_t disk_id, int dim, int64_t slot_width, ExportChunk* chunk,
                std::vector<std::pair<size_t, uint64_t>>* on_disk) {
   if (row.resident()) {
     chunk->values.insert(chunk->values.end(), row.value, row.value + dim);
     chunk->slots.insert(chunk->slots.end(), row.slots, row.slots + slot_width);
   } else {
-    on_disk->emplace_back(chunk->keys.size(), row.header->key);
+    on_disk->emplace_back(chunk->keys.size(), disk_id);
     chunk->values.resize(chunk->values.size() + dim);
     chunk->slots.resize(chunk->slots.size() + slot_width);
   }
@@ -48,17 +48,17 @@ void Table::FillFromDisk(std::vector<std::pair<size_t, uint64_t>>* on_disk, Expo
   if (on_disk->empty()) return;
   const RowLayout layout = LayoutOf(config_);
   const size_t dim = config_.dim, slot_width = layout.num_slots * dim, floats = layout.PayloadFloats();
-  std::vector<uint64_t> keys(on_disk->size());
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = (*on_disk)[i].second;
-  std::vector<float> read(keys.size() * floats);
-  ReadPayloads(keys, read.data());
-  for (size_t i = 0; i < keys.size(); ++i) {
+  std::vector<uint64_t> ids(on_disk->size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (*on_disk)[i].second;
+  std::vector<float> read(ids.size() * floats);
+  ReadPayloads(ids, read.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
     const size_t at = (*on_disk)[i].first;
     const float* payload = read.data() + i * floats;
     std::copy(payload, payload + dim, chunk->values.begin() + at * dim);
     std::copy(payload + dim, payload + floats, chunk->slots.begin() + at * slot_width);
   }
-  payloads_read_ += static_cast<int64_t>(keys.size());
+  payloads_read_ += static_cast<int64_t>(ids.size());
   on_disk->clear();
 }
 
@@ -89,7 +89,7 @@ void Table::ExportInto(int64_t cursor, int64_t max_rows, ExportChunk* out) const
         chunk.next_cursor = (s << kCursorRowBits) | static_cast<int64_t>(r);
         return;
       }
-      AppendRow(layout.View(stripe.Row(r, row_bytes_)), dim, slot_width, &chunk, &on_disk);
+      AppendRow(layout.View(stripe.Row(r, row_bytes_)), stripe.DiskId(r), dim, slot_width, &chunk, &on_disk);
     }
     FillFromDisk(&on_disk, &chunk);
   }
@@ -215,7 +215,8 @@ void Table::SaveChunk(int64_t cursor, int64_t max_rows, int64_t changed_after,
     std::vector<std::pair<size_t, uint64_t>> on_disk;
     auto append_batch = [&] {
       for (int i = 0; i < batched; ++i) {
-        AppendRow(layout.View(stripe.Row(batch[i], row_bytes_)), dim, slot_width, &chunk, &on_disk);
+        AppendRow(layout.View(stripe.Row(batch[i], row_bytes_)), stripe.DiskId(batch[i]), dim, slot_width, &chunk,
+                  &on_disk);
       }
       batched = 0;
     };
@@ -258,7 +259,7 @@ bool Table::DebugRow(uint64_t key, std::vector<float>* value, std::vector<float>
   if (slot < 0) return false;
   ExportChunk chunk;
   std::vector<std::pair<size_t, uint64_t>> on_disk;
-  AppendRow(layout.View(s.Row(s.slot_rows[slot], row_bytes_)), config_.dim,
+  AppendRow(layout.View(s.Row(s.slot_rows[slot], row_bytes_)), s.DiskId(s.slot_rows[slot]), config_.dim,
             layout.num_slots * config_.dim, &chunk, &on_disk);
   FillFromDisk(&on_disk, &chunk);
   *value = std::move(chunk.values);

@@ -28,15 +28,17 @@ Table::ServingSelection Table::SelectForServing(int64_t min_count) const {
     }
   };
   // Rows whose payloads are on disk, read a batch at a time.
-  std::vector<std::pair<float*, uint64_t>> on_disk;
+  std::vector<std::pair<float*, uint64_t>> on_disk;  // (value, disk id)
+  std::vector<uint64_t> on_disk_keys;
   std::vector<float> values;
   const auto read_on_disk = [&] {
     if (on_disk.empty()) return;
     values.resize(on_disk.size() * config_.dim);
     for (size_t i = 0; i < on_disk.size(); ++i) on_disk[i].first = values.data() + i * config_.dim;
     CopyValuesFromDisk(on_disk);
-    for (size_t i = 0; i < on_disk.size(); ++i) track_largest(on_disk[i].first, on_disk[i].second);
+    for (size_t i = 0; i < on_disk.size(); ++i) track_largest(on_disk[i].first, on_disk_keys[i]);
     on_disk.clear();
+    on_disk_keys.clear();
   };
   out.picked.resize(stripes_.size());
   out.rows.assign(stripes_.size(), 0);
@@ -44,7 +46,6 @@ Table::ServingSelection Table::SelectForServing(int64_t min_count) const {
     const Stripe& stripe = *stripes_[s];
     std::shared_lock<std::shared_mutex> lock(stripe.mu);
     std::vector<uint64_t>& picked = out.picked[s];
-    on_disk.clear();
     picked.assign(std::min<size_t>(stripe.live.size(), (stripe.rows_used + 63) / 64), 0);
     for (size_t word = 0; word < picked.size(); ++word) {
       for (uint64_t bits = stripe.live[word]; bits != 0; bits &= bits - 1) {
@@ -56,7 +57,8 @@ Table::ServingSelection Table::SelectForServing(int64_t min_count) const {
         if (row.resident()) {
           track_largest(row.value, row.header->key);
         } else {
-          on_disk.emplace_back(nullptr, row.header->key);
+          on_disk.emplace_back(nullptr, stripe.DiskId(r));
+          on_disk_keys.push_back(row.header->key);
           if (on_disk.size() == kDiskBatch) read_on_disk();
         }
       }
@@ -124,7 +126,7 @@ bool Table::ReadSortedValues(int s, const std::vector<std::pair<uint64_t, uint64
     } else if (row.resident()) {
       std::memcpy(out, row.value, sizeof(float) * dim);
     } else {
-      on_disk.emplace_back(out, row.header->key);
+      on_disk.emplace_back(out, stripe.DiskId(r));
     }
   }
   CopyValuesFromDisk(on_disk);

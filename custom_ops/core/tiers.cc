@@ -19,9 +19,9 @@ namespace {
 // Blocks sampled for each payload demoted: the lowest-ranked of them goes.
 constexpr int kDemotionCandidates = 8;
 
-std::string MissingPayload(const DiskStore& store, uint64_t key) {
-  return "tfps tiered table: the payload of key " + std::to_string(static_cast<int64_t>(key)) +
-         " is missing from its disk tier in " + store.directory();
+std::string MissingPayload(const DiskStore& store, uint64_t disk_id) {
+  return "tfps tiered table: the payload of row " + std::to_string(disk_id & ((uint64_t{1} << 40) - 1)) +
+         " of stripe " + std::to_string(disk_id >> 40) + " is missing from its disk tier in " + store.directory();
 }
 
 }  // namespace
@@ -29,7 +29,7 @@ std::string MissingPayload(const DiskStore& store, uint64_t key) {
 void Table::LoadPayloads(Stripe& s, const StripeBatch& batch) {
   if (!tiered()) return;
   const RowLayout layout = LayoutOf(config_);
-  std::vector<std::pair<char*, uint64_t>> on_disk;  // (row, key)
+  std::vector<std::pair<char*, uint64_t>> on_disk;  // (row, disk id)
   int64_t found = 0;
   for (int64_t j = 0; j < batch.count; ++j) {
     const int64_t slot = s.FindSlot(batch.keys[j], batch.hashes[j], row_bytes_);
@@ -38,7 +38,7 @@ void Table::LoadPayloads(Stripe& s, const StripeBatch& batch) {
     if (layout.View(row).resident()) {
       ++found;
     } else {
-      on_disk.emplace_back(row, batch.keys[j]);
+      on_disk.emplace_back(row, s.DiskId(s.slot_rows[slot]));
     }
   }
   payloads_found_ += found;
@@ -47,10 +47,10 @@ void Table::LoadPayloads(Stripe& s, const StripeBatch& batch) {
   std::sort(on_disk.begin(), on_disk.end());
   on_disk.erase(std::unique(on_disk.begin(), on_disk.end()), on_disk.end());
   const size_t floats = layout.PayloadFloats();
-  std::vector<uint64_t> keys(on_disk.size());
-  for (size_t i = 0; i < on_disk.size(); ++i) keys[i] = on_disk[i].second;
-  std::vector<float> read(keys.size() * floats);
-  ReadPayloads(keys, read.data());
+  std::vector<uint64_t> ids(on_disk.size());
+  for (size_t i = 0; i < on_disk.size(); ++i) ids[i] = on_disk[i].second;
+  std::vector<float> read(ids.size() * floats);
+  ReadPayloads(ids, read.data());
   for (size_t i = 0; i < on_disk.size(); ++i) {
     float* payload = s.payloads.Take(on_disk[i].first);
     std::memcpy(payload, read.data() + i * floats, floats * sizeof(float));
@@ -59,23 +59,23 @@ void Table::LoadPayloads(Stripe& s, const StripeBatch& batch) {
   payloads_read_ += static_cast<int64_t>(on_disk.size());
 }
 
-void Table::ReadPayloads(const std::vector<uint64_t>& keys, float* payloads) const {
-  if (keys.empty()) return;
-  std::vector<uint8_t> found(keys.size());
-  if (store_->Get(static_cast<int64_t>(keys.size()), keys.data(), payloads, found.data()) !=
-      static_cast<int64_t>(keys.size())) {
+void Table::ReadPayloads(const std::vector<uint64_t>& ids, float* payloads) const {
+  if (ids.empty()) return;
+  std::vector<uint8_t> found(ids.size());
+  if (store_->Get(static_cast<int64_t>(ids.size()), ids.data(), payloads, found.data()) !=
+      static_cast<int64_t>(ids.size())) {
     const size_t missing = std::find(found.begin(), found.end(), 0) - found.begin();
-    throw DiskStoreError(MissingPayload(*store_, keys[missing]));
+    throw DiskStoreError(MissingPayload(*store_, ids[missing]));
   }
 }
 
 void Table::CopyValuesFromDisk(const std::vector<std::pair<float*, uint64_t>>& on_disk) const {
   if (on_disk.empty()) return;
   const size_t floats = LayoutOf(config_).PayloadFloats();
-  std::vector<uint64_t> keys(on_disk.size());
-  for (size_t i = 0; i < on_disk.size(); ++i) keys[i] = on_disk[i].second;
-  std::vector<float> read(keys.size() * floats);
-  ReadPayloads(keys, read.data());
+  std::vector<uint64_t> ids(on_disk.size());
+  for (size_t i = 0; i < on_disk.size(); ++i) ids[i] = on_disk[i].second;
+  std::vector<float> read(ids.size() * floats);
+  ReadPayloads(ids, read.data());
   for (size_t i = 0; i < on_disk.size(); ++i) {
     std::memcpy(on_disk[i].first, read.data() + i * floats, config_.dim * sizeof(float));
   }
@@ -92,7 +92,7 @@ void Table::DemoteOverBudget(Stripe& s) {
     uint64_t flags;
   };
   std::vector<Victim> victims;
-  std::vector<uint64_t> keys, written_keys;
+  std::vector<uint64_t> ids, written_ids;
   std::vector<float> payloads;
   while (s.payloads.in_use() > s.payload_budget) {
     float* victim = nullptr;
@@ -113,23 +113,24 @@ void Table::DemoteOverBudget(Stripe& s) {
     char* row = const_cast<char*>(PayloadArena::RowOf(victim));
     const RowView view = layout.View(row);
     victims.push_back({row, *view.payload & kPayloadFlags});
-    keys.push_back(view.header->key);
+    const uint64_t key = view.header->key;
+    ids.push_back(s.DiskId(s.slot_rows[s.FindSlot(key, TableHash(key), row_bytes_)]));
     payloads.insert(payloads.end(), victim, victim + floats);
     s.payloads.Give(victim);
     *view.payload = kOnDisk;
   }
-  // Records of removed rows go first: a key removed and inserted again in this batch may
-  // be among the payloads written now.
+  // Records of removed rows go first: a row removed and taken by another key in this batch
+  // may be among the payloads written now.
   FlushDoomed(s);
   // Rows whose disk record is their payload as it is need no write.
   std::vector<float> written;
   for (size_t i = 0; i < victims.size(); ++i) {
     if (victims[i].flags & kDiskCurrent) continue;
-    written_keys.push_back(keys[i]);
+    written_ids.push_back(ids[i]);
     written.insert(written.end(), payloads.begin() + i * floats, payloads.begin() + (i + 1) * floats);
   }
   try {
-    if (!written_keys.empty()) store_->Put(static_cast<int64_t>(written_keys.size()), written_keys.data(), written.data());
+    if (!written_ids.empty()) store_->Put(static_cast<int64_t>(written_ids.size()), written_ids.data(), written.data());
   } catch (...) {
     // Back into memory (the blocks just given back are taken again, no allocation).
     for (size_t i = 0; i < victims.size(); ++i) {
@@ -157,7 +158,7 @@ bool Table::RemoveRow(Stripe& s, uint64_t key, uint64_t hash) const {
     if (row.resident()) s.payloads.Give(row.value);
     if (*row.payload & kOnDisk) {
       try {
-        s.doomed_on_disk.push_back(key);
+        s.doomed_on_disk.push_back(s.DiskId(s.slot_rows[slot]));
       } catch (const std::bad_alloc&) {
         // Removing must not fail: the record stays on disk, read by nothing.
       }
