@@ -11,7 +11,7 @@ peak and final RSS, the disk tier's bytes (its directory on disk) and the checkp
 steps/s and rows/s while growing, the hot steps' RAM hit rate, and the checkpoint's time.
 Checks the values: `--check_keys` keys sampled from every step get the same calls on a
 small table in memory, whose rows (values, slots, metadata) the tiered table's must equal
-bit for bit, read back from the table and from the checkpoint. Needs `--dir` on a disk
+bit for bit. Needs `--dir` on a disk
 with room for the tier and the checkpoint (about 170 bytes a row each).
 """
 
@@ -114,11 +114,6 @@ def main():
     checkpoint_seconds = time.perf_counter() - checkpoint_start
     sample = np.unique(np.concatenate(checked))
     exact = all(np.array_equal(a, b) for a, b in zip(rows_of(table, sample), rows_of(reference, sample)))
-    restored = tfps.DynamicTable(dim, optimizer=tfps.optimizers.Adagrad(0.1), seed=3)
-    # The checkpoint's rows of the sampled keys: restore into a small in-memory table by
-    # reading the file's rows back through a table of its own would hold all rows; instead
-    # compare the file's row count and the tiered table's reads, and the sampled rows here.
-    del restored
     summary = {
         "rows": stats["rows"], "rows_in_memory": stats["rows_in_memory"], "budget_mib": args.budget_mib,
         "payload_memory_gib": round(stats["payload_memory_bytes"] / 2 ** 30, 2),
