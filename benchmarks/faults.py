@@ -440,6 +440,8 @@ def main(argv=None):
                         "train_all: train_ctr.py with a worker cache, admission, eviction and a row cap, "
                         "stream: stream_ctr.py), taken in turn")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hang_timeout", type=float, default=HANG_TIMEOUT,
+                        help="tfps-launch's --hang_timeout (a stopped or cut off task is found after it)")
     parser.add_argument("--work_dir", default=None)
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",")
@@ -452,6 +454,7 @@ def main(argv=None):
     for job in jobs:
         if not set(kinds) & set(JOBS[job].kinds):
             parser.error(f"none of the kinds {kinds} applies to the {job} job")
+    globals()["HANG_TIMEOUT"] = args.hang_timeout  # every round's
     rng = random.Random(args.seed)
     rounds, untried = [], list(kinds)  # each kind once, where a job takes it; then at random
     for index in range(args.rounds):
