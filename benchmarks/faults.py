@@ -12,8 +12,14 @@ parameter server killed after the whole backup is restored and before its backup
 stopped_ps (SIGSTOP: a hung parameter server, which tfps-launch must find silent and kill);
 after_training (SIGKILL of a parameter server after the main job's fit has ended and deleted
 its backups, before the final evaluation: the restarted cluster must resume from the last
-epoch checkpoint and train no step again). The stream also exports a serving version every 3
-s. Each round must end with exit code 0 and the job's last line printed (train_ctr's final
+epoch checkpoint and train no step again). Across hosts (tests/hosts.py: each task on a host
+of its own, a network namespace with its own address, the run's directory shared): host_killed
+(every process of a parameter server's host SIGKILLed while it trains); host_cut_brief (that
+host's link down at the bridge for BRIEF_CUT_SECONDS, well under the launcher's health check
+deadline, --hang_timeout HANG_TIMEOUT: training goes on and nothing is restarted); host_cut (a
+brief cut first, then, once training has gone on, the link down until the launcher has found
+the host's task silent and killed it, and then back: the whole cluster restarts there). The
+stream also exports a serving version every 3 s. Each round must end with exit code 0 and the job's last line printed (train_ctr's final
 eval, stream_ctr's end of stream), and every serving version the stream wrote must load and
 serve; every restore must equal, row by row (keys, values, slots, metadata), the backup it
 came from, restored again here into a one-shard table; at most one backup interval (plus one
@@ -29,6 +35,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,8 +44,11 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KINDS = ("ps", "worker", "chief", "mid_backup", "mid_restore", "stopped_ps", "after_training")
+HOST_KINDS = ("host_killed", "host_cut_brief", "host_cut")
+KINDS = ("ps", "worker", "chief", "mid_backup", "mid_restore", "stopped_ps", "after_training") + HOST_KINDS
 ROWS_PER_FILE, BATCH, BACKUP_EVERY, STEPS_PER_EXECUTION = 12000, 512, 20, 10
+HANG_TIMEOUT = 10  # tfps-launch --hang_timeout: a task silent this long is killed
+BRIEF_CUT_SECONDS = 3
 
 
 class Job:
@@ -150,12 +160,70 @@ def kill(launch_id, name, sig=signal.SIGKILL):
     return f"{name} ({signal.Signals(sig).name})"
 
 
-def inject(kind, job, rng, launch_id, report, launcher):
-    """Waits for the moment of `kind`'s fault and causes it; returns (what was done, the
-    task signalled first)."""
+def brief_cut(hosts, name, report, launcher, figures):
+    """Cuts host `name` off for BRIEF_CUT_SECONDS, then waits for the next block of steps;
+    records in `figures` the steps run during the cut, the seconds from the link's return to
+    the next block, and whether the cluster restarted or found a task silent meanwhile."""
+    progress = os.path.join(report, "progress-0")
+    launcher_log = os.path.join(os.path.dirname(report), "logs", "launcher.log")
+    before = read_int(progress) or 0
+    hosts.set_link(name, False)
+    try:
+        threading.Event().wait(BRIEF_CUT_SECONDS)
+    finally:
+        hosts.set_link(name, True)
+    back, at_return = time.monotonic(), read_int(progress) or 0
+    wait_for(lambda: (read_int(progress) or 0) > at_return, 300, "a block of steps after the brief cut", launcher)
+    figures["brief_cut_steps"] = at_return - before
+    figures["brief_cut_next_block_s"] = round(time.monotonic() - back, 1)
+    with open(launcher_log) as f:
+        said = f.read()
+    figures["brief_cut_restarted"] = (os.path.exists(os.path.join(report, "progress-1"))
+                                      or "has not answered for" in said or "restarting" in said)
+
+
+def long_cut(hosts, name, report, launcher, figures):
+    """Cuts host `name` off until the launcher has found its task silent for --hang_timeout
+    and killed it, then brings it back; records the cut's length in `figures`."""
+    launcher_log = os.path.join(os.path.dirname(report), "logs", "launcher.log")
+
+    def found_silent():
+        with open(launcher_log) as f:
+            return f"{name} has not answered for" in f.read()
+    figures["fault_at"] = start = time.monotonic()
+    hosts.set_link(name, False)
+    try:
+        wait_for(found_silent, 300, f"the launcher to find {name} silent", launcher)
+    finally:
+        hosts.set_link(name, True)
+    figures["long_cut_s"] = round(time.monotonic() - start, 1)
+
+
+def inject(kind, job, rng, launch_id, report, launcher, hosts=None, figures=None):
+    """Waits for the moment of `kind`'s fault and causes it (a host kind on `hosts`,
+    recording its figures in `figures`); returns (what was done, the task signalled first)."""
     progress = os.path.join(report, "progress-0")
     # A random moment after the first backups: between 1.5 intervals and 2/3 of the steps.
     moment = rng.randint(BACKUP_EVERY + BACKUP_EVERY // 2, 2 * job.epochs * job.steps_per_epoch // 3)
+    if kind in HOST_KINDS:
+        figures = {} if figures is None else figures
+        if kind == "host_cut":  # the brief cut early, so that the long one has steps left after it
+            moment = rng.randint(BACKUP_EVERY + BACKUP_EVERY // 2, job.epochs * job.steps_per_epoch // 3)
+        wait_for(lambda: (read_int(progress) or 0) >= moment, 600, f"step {moment}", launcher)
+        name = f"ps_{rng.randint(0, 1)}"
+        if kind == "host_killed":
+            figures["fault_at"] = time.monotonic()
+            killed = hosts.kill_host(name)
+            return f"host {name}'s {len(killed)} process(es) (SIGKILL)", name
+        brief_cut(hosts, name, report, launcher, figures)
+        if kind == "host_cut_brief":
+            return f"host {name} cut off for {BRIEF_CUT_SECONDS} s", name
+        # The long cut once training has gone on for two blocks after the brief one.
+        further = (read_int(progress) or 0) + 2 * STEPS_PER_EXECUTION
+        wait_for(lambda: (read_int(progress) or 0) >= further, 600, f"step {further}", launcher)
+        long_cut(hosts, name, report, launcher, figures)
+        return (f"host {name} cut off for {BRIEF_CUT_SECONDS} s, then until found silent "
+                f"({figures['long_cut_s']} s)"), name
     if kind in ("ps", "worker", "chief", "stopped_ps", "mid_restore"):
         wait_for(lambda: (read_int(progress) or 0) >= moment, 600, f"step {moment}", launcher)
         if kind == "stopped_ps":
@@ -239,14 +307,51 @@ def versions_serving(base_dir):
     return len(versions), serving
 
 
+class FirstSeen(threading.Thread):
+    """Notes when each restarted cluster's first progress record (progress-<restart>)
+    appears: its first block of steps after the restore."""
+
+    def __init__(self, report):
+        super().__init__(daemon=True)
+        self.report, self.seen, self.done = report, {}, threading.Event()
+        self.start()
+
+    def run(self):
+        while not self.done.wait(0.2):
+            for path in glob.glob(os.path.join(self.report, "progress-[1-9]*")):
+                self.seen.setdefault(int(path.rsplit("-", 1)[1]), time.monotonic())
+
+
 def run_round(kind, job, index, rng, work, data_dir):
+    if kind not in HOST_KINDS:
+        return _run_round(kind, job, index, rng, work, data_dir)
+    from tests import hosts as hosts_lib
+    from tests import hosts_cleanup
+    reason = hosts_lib.unavailable()
+    if reason:
+        raise RuntimeError(f"the {kind} round runs on tests/hosts.py's hosts, which cannot be made here: {reason}")
+    out = os.path.join(work, f"round-{index}")  # every host's shared directory
+    os.makedirs(out)
+    if job.name == "train_ctr":  # the hosts' /tmp is each one's own: the data goes where all see it
+        shutil.copytree(data_dir, os.path.join(out, "data"))
+        data_dir = os.path.join(out, "data")
+    with hosts_lib.Hosts.for_cluster(2, 2, out) as hosts:
+        result = _run_round(kind, job, index, rng, work, data_dir, hosts=hosts)
+        run_id = hosts.run_id
+    result["namespaces_left"] = hosts_cleanup.namespaces(run_id)
+    result["ok"] = result["ok"] and not result["namespaces_left"]
+    return result
+
+
+def _run_round(kind, job, index, rng, work, data_dir, hosts=None):
     launch_id = f"faults-{os.getpid()}-{index}"
     out = os.path.join(work, f"round-{index}")
     report = os.path.join(out, "report")
-    command = [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2",
-               "--max_restarts", "3", "--hang_timeout", "10", "--log_dir", os.path.join(out, "logs"),
-               job.path, *job.arguments, "--batch_size", str(BATCH), "--out_dir", os.path.join(out, "run"),
-               "--backup_every_steps", str(BACKUP_EVERY), "--fault_report", report]
+    flags = ["--max_restarts", "3", "--hang_timeout", str(HANG_TIMEOUT), "--log_dir", os.path.join(out, "logs"),
+             job.path, *job.arguments, "--batch_size", str(BATCH), "--out_dir", os.path.join(out, "run"),
+             "--backup_every_steps", str(BACKUP_EVERY), "--fault_report", report]
+    command = (hosts.launch_command(flags) if hosts else
+               [sys.executable, "-m", "tfps.launch", "--num_ps", "2", "--num_workers", "2", *flags])
     if job.name == "train_ctr":
         command += ["--data_dir", data_dir]
     else:  # the stream also keeps a serving model base path fresh, through its restarts
@@ -256,20 +361,30 @@ def run_round(kind, job, index, rng, work, data_dir):
     if kind == "after_training":
         command += ["--fault_hold", kind]
     env = dict(os.environ, TFPS_LAUNCH_ID=launch_id, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    if hosts:
+        env = hosts.environment(env)
     os.makedirs(report, exist_ok=True)
     start = time.monotonic()
     log = open(os.path.join(out, "launcher.out"), "w")
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
     result = {"job": job.name, "sync": "--sync" in job.arguments, "kind": kind, "round": index}
+    first_seen, figures = FirstSeen(report), {}
     try:
-        result["fault"], result["signalled"] = inject(kind, job, rng, launch_id, report, launcher)
+        result["fault"], result["signalled"] = inject(kind, job, rng, launch_id, report, launcher, hosts, figures)
+        figures.setdefault("fault_at", time.monotonic())
         stdout, _ = launcher.communicate(timeout=900)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         launcher.kill()
         stdout, _ = launcher.communicate()
         result["error"] = str(e)
     log.close()
+    first_seen.done.set()
+    first_seen.join()
     result["seconds"] = round(time.monotonic() - start, 1)
+    # Time to recover: from the fault to the restarted cluster's first block of steps.
+    recovered = [at for at in first_seen.seen.values() if at > figures.get("fault_at", float("inf"))]
+    result["recover_s"] = round(min(recovered) - figures["fault_at"], 1) if recovered else None
+    result.update((key, value) for key, value in figures.items() if key != "fault_at")
     result["rc"] = launcher.returncode
     result["finished"] = job.finished in (stdout or "")
     # A lost task's errors stay in the chief's log: the terminal shows none of them.
@@ -294,17 +409,22 @@ def run_round(kind, job, index, rng, work, data_dir):
     result["trained_after_restart"] = bool(glob.glob(os.path.join(report, "progress-[1-9]*")))
     if job.name == "stream_ctr":
         result["versions"], result["versions_serving"] = versions_serving(os.path.join(out, "serving"))
-    # A SIGKILLed parameter server is seen to exit, a SIGSTOPped one found silent.
-    hang_found_right = kind not in ("ps", "stopped_ps") or (
-        result["reported_hung"] == (kind == "stopped_ps")
-        and f"{result.get('signalled')} exited with code -9" in said)
-    ps_lost = kind in ("ps", "stopped_ps", "mid_restore", "after_training")  # each loses a parameter server first
+    # A SIGKILLed parameter server is seen to exit, a SIGSTOPped or cut off one found silent
+    # (and a briefly cut one not at all).
+    hang_found_right = kind not in ("ps", "stopped_ps", "host_killed", "host_cut", "host_cut_brief") or (
+        result["reported_hung"] == (kind in ("stopped_ps", "host_cut"))
+        and (f"{result.get('signalled')} exited with code -9" in said) == (kind != "host_cut_brief"))
+    # each loses a parameter server first
+    ps_lost = kind in ("ps", "stopped_ps", "mid_restore", "after_training", "host_killed", "host_cut")
+    # A brief cut restarts nothing: training went on through it.
+    cut_went_on = kind not in ("host_cut", "host_cut_brief") or not result.get("brief_cut_restarted", True)
     result["ok"] = (result["rc"] == 0 and result["finished"] and not result["traceback_shown"]
                     and hang_found_right and (result["restart_explained"] or not ps_lost)
                     and not result["left_behind"]
                     and result["rows_differing"] == 0 and "error" not in result
                     and all(0 <= lost <= BACKUP_EVERY + STEPS_PER_EXECUTION for lost in result["steps_lost"])
-                    and (result["restores"] > 0) == (kind != "worker")
+                    and (result["restores"] > 0) == (kind not in ("worker", "host_cut_brief"))
+                    and cut_went_on and (kind != "host_cut_brief" or not result["trained_after_restart"])
                     and (kind != "after_training" or not result["trained_after_restart"])
                     and result.get("versions_serving", 2) == result.get("versions", 2) >= 2)
     return result
@@ -320,6 +440,8 @@ def main(argv=None):
                         "train_all: train_ctr.py with a worker cache, admission, eviction and a row cap, "
                         "stream: stream_ctr.py), taken in turn")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hang_timeout", type=float, default=HANG_TIMEOUT,
+                        help="tfps-launch's --hang_timeout (a stopped or cut off task is found after it)")
     parser.add_argument("--work_dir", default=None)
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",")
@@ -332,6 +454,7 @@ def main(argv=None):
     for job in jobs:
         if not set(kinds) & set(JOBS[job].kinds):
             parser.error(f"none of the kinds {kinds} applies to the {job} job")
+    globals()["HANG_TIMEOUT"] = args.hang_timeout  # every round's
     rng = random.Random(args.seed)
     rounds, untried = [], list(kinds)  # each kind once, where a job takes it; then at random
     for index in range(args.rounds):
@@ -349,11 +472,14 @@ def main(argv=None):
     for index, (kind, job) in enumerate(rounds):
         results.append(run_round(kind, job, index, rng, work, data_dir))
         print(json.dumps(results[-1]), flush=True)
-    print("\n| round | job | fault | outcome | rc | restores | steps lost | rows compared | rows differing | s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| round | job | fault | outcome | rc | restores | steps lost | recover s | rows compared | rows differing | s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
+        if "brief_cut_steps" in r:  # what the brief cut cost, though it restarted nothing
+            r["fault"] = (f"{r.get('fault', r.get('error'))}; during the brief cut {r['brief_cut_steps']} step(s) ran, "
+                          f"the next block came {r['brief_cut_next_block_s']} s after it")
         print(f"| {r['round']} | {r['job']}{' --sync' if r['sync'] else ''} | {r.get('fault', r.get('error'))} | {'ok' if r['ok'] else 'FAILED'} | {r['rc']} | "
-              f"{r['restores']} | {r['steps_lost']} | {r['rows_compared']} | {r['rows_differing']} | {r['seconds']} |")
+              f"{r['restores']} | {r['steps_lost']} | {r['recover_s']} | {r['rows_compared']} | {r['rows_differing']} | {r['seconds']} |")
     failed = [r for r in results if not r["ok"]]
     print(f"\n{len(results) - len(failed)} of {len(results)} rounds ok; work in {work}")
     return 1 if failed else 0

@@ -184,6 +184,11 @@ class Hosts:
         """The pids of every process on host `name`."""
         return hosts_cleanup.processes_in(self.namespace(name))
 
+    def set_link(self, name, up):
+        """Brings host `name`'s link up or down at the bridge (its veth's end in the switch's
+        namespace): down, the host is cut off from every other host, its processes running on."""
+        _ip("-n", self.namespace("switch"), "link", "set", f"h{self.names.index(name)}", "up" if up else "down")
+
     def kill_host(self, name, sig=signal.SIGKILL):
         """Sends `sig` to every process on host `name`; returns their pids."""
         pids = self.pids(name)

@@ -4,7 +4,9 @@ exit code 0 and the job's last line, every restore equal row by row to the backu
 from, at most one backup interval lost per restore, a lost parameter server restarting the
 whole cluster with the terminal saying where the chief's errors are (a stopped one found
 silent and killed first), no step trained again after a fault that came once training had
-ended, and no process left behind."""
+ended, and no process left behind. The host kinds run on tests/hosts.py's hosts (root only):
+a host's processes killed, and a host cut off briefly and then past the launcher's deadline;
+they leave no namespace behind either."""
 
 import json
 import random
@@ -12,6 +14,7 @@ import random
 import pytest
 
 from benchmarks import faults
+from tests import hosts
 import tfps
 
 
@@ -28,10 +31,18 @@ def data_dir(tmp_path_factory):
 # parameter server killed after training, which must resume from its epoch checkpoint; and
 # the main job in synchronous steps with a stopped parameter server; and the main job with
 # everything on (a worker cache, admission, eviction, a row cap) with a killed parameter server.
+# Across hosts (tests/hosts.py, as root): a parameter server's host killed; and one round
+# for both cuts of a host's link, a brief one (training goes on, nothing restarts) and then
+# one past the launcher's health check deadline (the cluster restarts).
+NO_HOSTS = hosts.unavailable()
+ACROSS_HOSTS = pytest.mark.skipif(NO_HOSTS is not None, reason=f"no hosts here: {NO_HOSTS}")
 ROUNDS = [("train", "ps"), ("train", "worker"), ("train", "chief"), ("train", "mid_backup"),
           ("stream", "mid_restore"), ("stream", "stopped_ps"), ("train", "after_training"),
-          ("train_sync", "stopped_ps"), ("train_all", "ps")]
-assert {kind for _, kind in ROUNDS} == set(faults.KINDS)
+          ("train_sync", "stopped_ps"), ("train_all", "ps"),
+          pytest.param("train", "host_killed", marks=ACROSS_HOSTS),
+          pytest.param("train", "host_cut", marks=ACROSS_HOSTS)]
+tried = {kind for _, kind in (r.values if hasattr(r, "values") else r for r in ROUNDS)}
+assert tried | {"host_cut_brief"} == set(faults.KINDS)  # host_cut begins with a brief cut
 
 
 @pytest.mark.parametrize("job,kind", ROUNDS)
@@ -42,3 +53,5 @@ def test_the_job_survives_a_fault_of_each_kind(tmp_path, data_dir, job, kind):
     if kind != "worker":  # the stream's table is smaller: its IDs must come twice to be admitted
         assert result["rows_compared"] > {"train": 50_000, "train_sync": 50_000, "train_all": 20_000,
                                           "stream": 10_000}[job] and result["restores"] >= 1
+    if kind == "host_cut":  # the brief cut first: training went on, nothing restarted
+        assert result["brief_cut_restarted"] is False and result["reported_hung"]

@@ -5,6 +5,7 @@ location local to each host is refused; a task that cannot reach the data servic
 handed fails naming it; and the harness leaves nothing behind, also when SIGKILLed."""
 
 import glob
+import json
 import os
 import re
 import select
@@ -220,3 +221,76 @@ def test_a_harness_killed_mid_run_leaves_no_namespace_link_mount_or_process(tmp_
             harness.wait()
     assert_clean(run_id, before)
     assert not [name for name, pid in pids.items() if alive(int(pid))]
+
+
+# A TensorFlow server of the cluster, as strategy_from_tf_config() starts a parameter
+# server's: it prints once it serves, then serves until killed.
+SERVER = """
+import json, sys, time
+import tensorflow as tf
+tf.distribute.Server(tf.train.ClusterSpec(json.loads(sys.argv[1])), job_name="ps", task_index=0, start=True)
+print("serving", flush=True)
+time.sleep(120)
+"""
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()"
+
+
+def test_a_task_listens_on_every_interface_and_only_its_network_reaches_it(tmp_path):
+    """What docs/cluster.md says of who can reach a cluster: a parameter server's TensorFlow
+    server listens on every interface of its host (ss: *:PORT, or 0.0.0.0:PORT; TensorFlow
+    has no option for the address it binds), so the cluster's hosts connect to it, and so
+    does a sixth namespace outside the cluster's network through a second network the host
+    is on; from that outside network alone (joined to the cluster's by a router that
+    forwards nothing) it cannot connect."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    before = links()
+    with hosts_lib.Hosts.for_cluster(2, 2, str(shared)) as hosts:
+        run_id = hosts.run_id
+        switch, outside, ps = hosts.namespace("switch"), hosts.namespace("outside"), hosts.namespace("ps_0")
+        # The outside: a namespace of the run (the watchdog removes it too) on 10.213.78.0/24,
+        # routed through the switch's namespace, which does not forward.
+        ip = hosts_lib._ip  # pylint: disable=protected-access
+        ip("netns", "add", outside)
+        ip("-n", outside, "link", "set", "lo", "up")
+        ip("-n", switch, "link", "add", "out0", "type", "veth", "peer", "name", "eth0", "netns", outside)
+        ip("-n", switch, "addr", "add", "10.213.78.1/24", "dev", "out0")
+        ip("-n", switch, "link", "set", "out0", "up")
+        ip("-n", outside, "addr", "add", "10.213.78.2/24", "dev", "eth0")
+        ip("-n", outside, "link", "set", "eth0", "up")
+        ip("-n", outside, "route", "add", "default", "via", "10.213.78.1")
+        forwarding = subprocess.run(["ip", "netns", "exec", switch, "sysctl", "-n", "net.ipv4.ip_forward"],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+        assert forwarding == "0"
+        # ps_0's second network, shared with the outside: 10.213.79.0/24.
+        ip("-n", ps, "link", "add", "eth1", "type", "veth", "peer", "name", "eth1", "netns", outside)
+        ip("-n", ps, "addr", "add", "10.213.79.13/24", "dev", "eth1")
+        ip("-n", ps, "link", "set", "eth1", "up")
+        ip("-n", outside, "addr", "add", "10.213.79.2/24", "dev", "eth1")
+        ip("-n", outside, "link", "set", "eth1", "up")
+        cluster = {"chief": [f"{hosts.address('chief_0')}:{hosts_lib.PORT}"],
+                   "worker": [f"{hosts.address(f'worker_{i}')}:{hosts_lib.PORT}" for i in range(2)],
+                   "ps": [f"{hosts.address(f'ps_{i}')}:{hosts_lib.PORT}" for i in range(2)]}
+        server = subprocess.Popen([*hosts.exec_prefix("ps_0"), sys.executable, "-c", SERVER, json.dumps(cluster)],
+                                  env=hosts.environment(dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")),
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert server.stdout.readline().strip() == "serving"
+            listening = subprocess.run(["ip", "netns", "exec", ps, "ss", "-ltnH"], capture_output=True, text=True,
+                                       check=True).stdout
+            local = [line.split()[3] for line in listening.splitlines() if line.split()[3].endswith(f":{hosts_lib.PORT}")]
+            assert local and set(local) <= {f"*:{hosts_lib.PORT}", f"0.0.0.0:{hosts_lib.PORT}",
+                                            f"[::]:{hosts_lib.PORT}"}, listening
+
+            def connects(namespace, address):
+                return subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", CONNECT, address,
+                                       str(hosts_lib.PORT)], capture_output=True).returncode == 0
+            ps_address = hosts.address("ps_0")
+            assert connects(hosts.namespace("chief_0"), ps_address)
+            assert connects(hosts.namespace("worker_1"), ps_address)
+            assert connects(outside, "10.213.79.13")  # the host's other network: every interface listens
+            assert not connects(outside, ps_address)  # the cluster's network is not the outside's
+        finally:
+            server.kill()
+            server.wait()
+    assert_clean(run_id, before)

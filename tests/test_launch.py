@@ -295,3 +295,33 @@ def test_ctrl_c_while_the_launcher_waits_for_the_evaluator_stops_everything_as_i
     assert proc.returncode == 130, said
     assert "interrupted; stopping every task" in said and "did not finish" not in said
     assert not (tmp_path / "evaluated").exists()
+
+
+def test_a_task_whose_server_answered_and_then_is_unreachable_counts_as_silent(monkeypatch):
+    """A host cut off from the network: its server's calls first time out, then (once the
+    launcher's host forgets its hardware address) fail at once as unreachable, which must
+    not reset its silence; a server that never answered yet is still starting."""
+    from tfps.cluster import _task_health
+
+    class Task:
+        def __init__(self, name):
+            self.name, self.process = name, type("Process", (), {"pid": os.getpid()})()
+
+        def poll(self):
+            return None
+    replies = {"10.0.0.1:1": iter([True, False, None]), "10.0.0.2:1": iter([None])}
+    monkeypatch.setattr(_task_health, "answers", lambda address: next(replies[address], None))
+    cut, starting = Task("ps_0"), Task("ps_1")
+    watch = _task_health.HangWatch([cut, starting], {"ps_0": "10.0.0.1:1", "ps_1": "10.0.0.2:1"}, 0.3, every=0.05)
+    try:
+        deadline = time.monotonic() + 10
+        while not watch.hung() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert [task.name for task, _ in watch.hung()] == ["ps_0"]
+        watch.forget(cut)  # restarted: its server has not answered since
+        replies["10.0.0.1:1"] = iter([])
+        time.sleep(0.5)
+        assert watch.hung() == []
+    finally:
+        watch.close()

@@ -7,7 +7,11 @@ A task's TensorFlow server answers a GetStatus call on its own gRPC threads even
 training threads are busy, so a call that goes unanswered for long means the process no
 longer runs. A server not yet started refuses the connection at once, which is not a hang.
 A task without a server (the chief, an evaluator) is judged by its process state: stopped
-('T') counts as not answering.
+('T') counts as not answering. Once a task's server has answered, an address that no longer
+answers at all counts as not answering too, not as a server yet to start: a host cut off
+from the network first lets the calls time out, and then, once the launcher's host has
+forgotten its hardware address (about half a minute), fails them at once as unreachable,
+which would otherwise reset the task's silence before the default 30 s deadline passed.
 """
 
 import threading
@@ -50,6 +54,7 @@ class HangWatch:
         self._tasks, self._addresses = tasks, addresses
         self._timeout, self._every = timeout, every
         self._silent_since = {}
+        self._answered = set()  # tasks whose server has answered since they (re)started
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -63,7 +68,11 @@ class HangWatch:
                 address = self._addresses.get(task.name)
                 ok = not stopped(task.process.pid)
                 if ok and address is not None:
-                    ok = answers(address) is not False
+                    answer = answers(address)
+                    with self._lock:
+                        if answer:
+                            self._answered.add(task.name)
+                        ok = answer is True or (answer is None and task.name not in self._answered)
                 with self._lock:
                     if ok:
                         self._silent_since.pop(task.name, None)
@@ -81,6 +90,7 @@ class HangWatch:
         """A task restarted: its silence so far no longer counts."""
         with self._lock:
             self._silent_since.pop(task.name, None)
+            self._answered.discard(task.name)
 
     def close(self):
         self._done.set()
