@@ -14,7 +14,6 @@ one process, fit's steps already run in order, and it changes nothing.
 """
 
 import functools
-import time
 import weakref
 
 from absl import logging
@@ -104,22 +103,22 @@ class SynchronousTraining(keras.callbacks.Callback):
         if self.backup_workers >= workers:
             raise ValueError(f"SynchronousTraining: backup_workers={self.backup_workers} leaves no "
                              f"worker's batch to apply of {workers} workers; it must be below {workers}")
-        keyed = bool(self.backup_workers) or self.batch_key is not None
+        by_slot = bool(self.backup_workers) or self.batch_key is not None
         if self._backup is not None:  # of a fit that raised: its late batches still hold their slots
             try:
                 self._backup.finish()
             except Exception:  # pylint: disable=broad-except
                 pass  # that fit's error, already raised
             self._backup = None
-        compiled += (keyed,)
+        compiled += (by_slot,)
         if self._steps is None or any(a is not b for a, b in zip(self._steps[0], compiled)):
             with model.distribute_strategy.scope():
-                backup = dict(backup_workers=self.backup_workers, batch_key=self.batch_key) if keyed else {}
+                backup = dict(backup_workers=self.backup_workers, batch_key=self.batch_key) if by_slot else {}
                 self._steps = (compiled, *_synchronous_step_functions(model, workers, **backup))
         _, workers, add_batch, apply_sum = self._steps
         take_back(model)  # one installed by an earlier fit with another instance
         self.dropped_batches, self.steps, self._dropped_at_epoch_start = 0, [], 0
-        if keyed:
+        if by_slot:
             self._backup = _BackupWorkers(self, model._cluster_coordinator, workers,  # pylint: disable=protected-access
                                           add_batch, apply_sum)
             train_function = self._backup.train_function(model)
@@ -218,16 +217,20 @@ class _BackupWorkers:
                 waiting[0][1]._status_available_event.wait(0.002)  # pylint: disable=protected-access
         values = dict(scheduled)
         chosen = [(slot, values[slot]) for slot in finished[:need]]
-        results = [value.fetch() for _, value in chosen]  # raises a function's error
+        for _, value in chosen:
+            if value._get_error() is not None:  # pylint: disable=protected-access
+                value.fetch()  # raises it
         chosen_slots = {slot for slot, _ in chosen}
         self._apply_sum(tf.constant([slot in chosen_slots for slot in range(self._workers)]))
         dropped = [(slot, value) for slot, value in scheduled if slot not in chosen_slots]
         callback.dropped_batches += len(dropped)
         self._late.update(dropped)
-        if callback.batch_key is not None:
-            record = {"applied": [_python(key) for _, key in results], "dropped": []}
-            callback.steps.append(record)
-            self._dropped_keys.extend((record, value) for _, value in dropped)
+        if callback.batch_key is None:
+            return chosen[-1][1]  # fit fetches the metrics when it needs them
+        results = [value.fetch() for _, value in chosen]
+        record = {"applied": [_python(key) for _, key in results], "dropped": []}
+        callback.steps.append(record)
+        self._dropped_keys.extend((record, value) for _, value in dropped)
         return results[-1][0]
 
     def finish(self):
@@ -253,7 +256,7 @@ def _synchronous_step_functions(model, workers, backup_workers=0, batch_key=None
     that applies the sum (with backup workers, of the contributions it is given, a bool
     per contribution))."""
     applied_per_step = workers - backup_workers
-    keyed = bool(backup_workers) or batch_key is not None
+    keyed = batch_key is not None
     accumulator = GradientAccumulator(model.trainable_variables, shared_by_workers=True, contributions=workers)
     strategy = model.distribute_strategy
 
@@ -276,7 +279,7 @@ def _synchronous_step_functions(model, workers, backup_workers=0, batch_key=None
             update_loss_trackers(), step_metrics.update_compiled_metrics(model, x, y, y_pred, sample_weight)))
         if not keyed:
             return metrics
-        return metrics, (tf.identity(batch_key(x, y)) if batch_key is not None else tf.zeros([], tf.int64))
+        return metrics, tf.identity(batch_key(x, y))
 
     def contribution_function(contribution):
         @tf.function
