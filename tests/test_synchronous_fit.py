@@ -151,3 +151,13 @@ def test_a_model_that_overrides_train_step_is_refused(cluster_model):
     callback.set_model(OwnStep())
     with pytest.raises(ValueError, match="overrides train_step, which synchronous steps would not run"):
         callback.on_train_begin()
+
+
+def test_backup_workers_must_leave_a_batch_to_apply(cluster_model):
+    model, _ = cluster_model  # one worker
+    with pytest.raises(ValueError, match="backup_workers must be an int >= 0"):
+        tfps.callbacks.SynchronousTraining(backup_workers=-1)
+    callback = tfps.callbacks.SynchronousTraining(backup_workers=1)
+    callback.set_model(model)
+    with pytest.raises(ValueError, match="backup_workers=1 leaves no worker's batch to apply of 1 workers"):
+        callback.on_train_begin()
