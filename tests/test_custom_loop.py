@@ -34,14 +34,17 @@ def example_ids(index):
 def numpy_training(out):
     """Rows, Adagrad slots, kernel and bias after out["steps"] steps of: logit = (sum of the
     fields' rows) . kernel + bias, binary cross-entropy averaged over the batch, Adagrad on
-    each distinct ID's summed row gradient, SGD on the head. Float64."""
+    each distinct ID's summed row gradient, SGD on the head. Float64. With out["step_ids"],
+each step's batch is the IDs of the batches it applied (backup workers), one after another."""
     dim, batch = out["dim"], out["batch_size"]
     adagrad = RowOptimizer("adagrad", dim, out["table_lr"])
     rows, slots = {}, {}
     kernel, bias = np.asarray(out["kernel_start"], np.float64), 0.0
     for step in range(out["steps"]):
         first = 0 if out.get("examples") == "fixed" else step * batch  # fixed: the same batch each step
-        ids = example_ids(np.arange(first, first + batch))
+        ids = (np.concatenate([np.asarray(b, np.int64) for b in out["step_ids"][step]]) if "step_ids" in out
+               else example_ids(np.arange(first, first + batch)))
+        batch = len(ids)
         labels = (np.sum((ids * 37) % 11 - 5, 1) > 0).astype(np.float64)
         for key in np.unique(ids):
             if int(key) not in rows:
@@ -78,11 +81,18 @@ def run_example(tmp_path, *flags, workers=None, program=EXAMPLE):
     return json.loads(rows_out.read_text())
 
 
-def assert_trained_as_numpy(out):
+def assert_trained_as_numpy(out, looked_up_only=()):
+    """`looked_up_only`: keys that may hold a row never trained (looked up by a dropped
+    batch of backup workers), which must be its initial row."""
     rows, slots, kernel, bias = numpy_training(out)
-    assert sorted(out["keys"]) == sorted(rows)
     got_rows = dict(zip(out["keys"], np.asarray(out["values"])))
     got_slots = dict(zip(out["keys"], np.asarray(out["slots"])))
+    untrained = set(got_rows) - set(rows)
+    assert untrained <= set(looked_up_only)
+    for key in untrained:
+        np.testing.assert_array_equal(got_rows[key], initial_row(key, out["dim"], out["seed"], "uniform", -0.05, 0.05))
+        rows[key], slots[key] = got_rows[key], RowOptimizer("adagrad", out["dim"], 1.0).initial_slots()
+    assert sorted(out["keys"]) == sorted(rows)
     moved = max(np.abs(rows[k] - initial_row(k, out["dim"], out["seed"], "uniform", -0.05, 0.05)).max()
                 for k in rows)
     assert moved > 100 * 1e-5  # the rows trained, far beyond the tolerance below

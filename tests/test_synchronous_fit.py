@@ -9,6 +9,7 @@ in place (only during a fit that has the callback, however the fit ends)."""
 
 import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
@@ -56,6 +57,26 @@ def test_a_synchronous_fit_step_whose_worker_dies_mid_add_counts_one_batch_per_w
     assert_trained_as_numpy(out)
     assert out["iterations"] == EPOCHS * STEPS_PER_EPOCH
     assert_same_bits(out, synchronous_fit)
+
+
+def test_backup_workers_apply_the_first_batch_of_each_step_and_record_the_dropped_one(tmp_path):
+    """backup_workers=1 of 2: each step applies the first of the workers' batches to finish
+    (distinct batches, each worker reading the stream at its own pace) and drops the
+    other; the rows, slots and head equal the NumPy model fed exactly each step's applied
+    batch (a dropped batch's IDs that no applied batch has keep the row their lookup made,
+    untrained)."""
+    out = run(tmp_path, "--backup_workers", "1")
+    steps = EPOCHS * STEPS_PER_EPOCH
+    assert len(out["step_ids"]) == steps and all(len(applied) == 1 for applied in out["step_ids"])
+    dropped_ids = {int(key) for step in out["dropped_ids"] for batch in step for key in np.ravel(batch)}
+    assert_trained_as_numpy(out, looked_up_only=dropped_ids)
+    assert out["iterations"] == steps and out["clocks"] == [steps, steps]
+    dropped = sum(len(d) for d in out["dropped_ids"])
+    assert dropped == out["dropped_batches"] == out["logged_dropped_batches"][-1] > 0
+    # A step schedules a batch on each worker not still busy with a late one, so it drops
+    # at most one batch, and every batch read is applied or dropped (the metric counts both).
+    assert all(len(d) <= 1 for d in out["dropped_ids"])
+    assert out["examples_in_last_epoch"] > STEPS_PER_EPOCH * BATCH
 
 
 class _Coordinator:
@@ -129,4 +150,14 @@ def test_a_model_that_overrides_train_step_is_refused(cluster_model):
     callback = tfps.callbacks.SynchronousTraining()
     callback.set_model(OwnStep())
     with pytest.raises(ValueError, match="overrides train_step, which synchronous steps would not run"):
+        callback.on_train_begin()
+
+
+def test_backup_workers_must_leave_a_batch_to_apply(cluster_model):
+    model, _ = cluster_model  # one worker
+    with pytest.raises(ValueError, match="backup_workers must be an int >= 0"):
+        tfps.callbacks.SynchronousTraining(backup_workers=-1)
+    callback = tfps.callbacks.SynchronousTraining(backup_workers=1)
+    callback.set_model(model)
+    with pytest.raises(ValueError, match="backup_workers=1 leaves no worker's batch to apply of 1 workers"):
         callback.on_train_begin()

@@ -144,16 +144,32 @@ class _Contributions:
             return part.set(gradient)
         return part.assign(tf.cast(tf.convert_to_tensor(gradient), part.dtype))
 
-    def read(self):
-        """The sum: a tensor, or a table's (rows, keys) slices."""
+    def read(self, chosen=None):
+        """The sum: a tensor, or a table's (rows, keys) slices. With `chosen` (a bool tensor,
+        one per contribution), the sum of the chosen contributions only: the others' slices
+        are left out whole, so an ID only they hold gets no row."""
         if not self.of_table:
-            return tf.add_n([tf.identity(part) for part in self._parts])
-        reads = [part.read() for part in self._parts]
+            return tf.add_n([tf.identity(part) if chosen is None else
+                             tf.where(chosen[i], tf.identity(part), tf.zeros_like(part))
+                             for i, part in enumerate(self._parts)])
+        reads = []
+        for i, part in enumerate(self._parts):
+            rows, keys = part.read()
+            if chosen is not None:  # (slicing to a computed length kept every slice on the chief)
+                kept = tf.fill(tf.shape(keys), chosen[i])
+                rows, keys = tf.boolean_mask(rows, kept), tf.boolean_mask(keys, kept)
+            reads.append((rows, keys))
         return tf.concat([rows for rows, _ in reads], 0), tf.concat([keys for _, keys in reads], 0)
 
-    def reset(self):
-        return tf.group([part.reset() if self.of_table else part.assign(tf.zeros_like(part))
-                         for part in self._parts])
+    def reset(self, chosen=None):
+        """Empties every contribution, or only the chosen ones (a contribution left out of a
+        step may still be written by its late worker)."""
+        resets = []
+        for i, part in enumerate(self._parts):
+            reset = part.reset if self.of_table else (lambda part=part: part.assign(tf.zeros_like(part)))
+            resets.append(reset() if chosen is None else tf.cond(chosen[i], lambda r=reset: tf.group(r()),
+                                                                   tf.no_op))
+        return tf.group(resets)
 
 
 def _refuse_worker_caches(variables):
@@ -299,44 +315,64 @@ class GradientAccumulator:
                 tf.IndexedSlices(tf.ones([1], tf.int64), tf.constant([contribution]))))
         return tf.group(updates)
 
-    def gradients(self):
-        """The sums so far, in the order of `variables` (IndexedSlices for table proxies)."""
+    def gradients(self, chosen=None):
+        """The sums so far, in the order of `variables` (IndexedSlices for table proxies);
+        with `chosen` (see apply_to), the chosen contributions' sums."""
         out = []
         for variable, total in zip(self.variables, self._sums):
             if _of_table(total):
-                rows, keys = total.read()
+                rows, keys = total.read(chosen) if isinstance(total, _Contributions) else total.read()
                 out.append(tf.IndexedSlices(rows, keys, tf.constant(variable.shape.as_list(), tf.int64)))
             else:
-                out.append(total.read() if isinstance(total, _Contributions) else tf.identity(total))
+                out.append(total.read(chosen) if isinstance(total, _Contributions) else tf.identity(total))
         return out
 
-    def apply_to(self, optimizer):
+    def apply_to(self, optimizer, chosen=None):
         """Applies the sums with `optimizer` in one step, then starts over. Refused
-        (InvalidArgumentError, nothing applied) when nothing was added since the last apply."""
+        (InvalidArgumentError, nothing applied) when nothing was added since the last apply.
+
+        With `contributions`, `chosen` (a bool tensor of shape [contributions], or None for
+        all) applies the chosen contributions only, for backup workers: each of them must
+        have been set since the last apply; the others are left as they are (not emptied,
+        and not required), since a worker left out of a step may still be writing its own.
+        Only the chosen ones are emptied."""
+        if chosen is not None:
+            if self._contributed is None:
+                raise ValueError("GradientAccumulator.apply_to: chosen= picks numbered contributions "
+                                 "of an accumulator made with contributions=<number of them per step>")
+            chosen = tf.reshape(tf.convert_to_tensor(chosen, tf.bool), [self.contributions])
         something_added = tf.debugging.assert_positive(
             self._added, message="GradientAccumulator.apply_to: no gradients were added since the "
                                  "last apply, so there is nothing to apply (an apply of none would "
                                  "still count an optimizer step)")
         checks = [something_added]
         if self._contributed is not None:
-            missing = tf.reshape(tf.where(tf.equal(self._contributed, 0)), [-1])
+            unset = tf.equal(self._contributed, 0)
+            if chosen is not None:
+                unset = tf.logical_and(unset, chosen)
+            missing = tf.reshape(tf.where(unset), [-1])
             checks.append(tf.debugging.Assert(
                 tf.equal(tf.size(missing), 0),
                 ["GradientAccumulator.apply_to: contributions", missing, "were not set since the last "
                  f"apply (of contributions=0..{self.contributions - 1}), so their batches would be "
                  "left out of the step"]))
         with tf.control_dependencies(checks):
-            applied = optimizer.apply_gradients(zip(self.gradients(), self.variables))
+            applied = optimizer.apply_gradients(zip(self.gradients(chosen), self.variables))
         with tf.control_dependencies([applied] if applied is not None else []):
-            return self.reset()
+            return self.reset(chosen)
 
-    def reset(self):
+    def reset(self, chosen=None):
+        """Starts over (with `chosen`, see apply_to: empties only the chosen contributions)."""
         resets = [self._added.assign(0)]
         if self._contributed is not None:
-            resets.append(self._contributed.assign(tf.zeros_like(self._contributed)))
+            resets.append(self._contributed.assign(
+                tf.zeros_like(self._contributed) if chosen is None
+                else tf.where(chosen, tf.zeros_like(self._contributed), self._contributed)))
         for total in self._sums:
-            resets.append(total.reset() if isinstance(total, _TABLE_SUMS + (_Contributions,))
-                          else total.assign(tf.zeros_like(total)))
+            if isinstance(total, _Contributions):
+                resets.append(total.reset(chosen))
+            else:
+                resets.append(total.reset() if isinstance(total, _TABLE_SUMS) else total.assign(tf.zeros_like(total)))
         return tf.group(resets)
 
     def _check_contribution(self, contribution):
