@@ -395,8 +395,9 @@ class Table {
   // ids) in `on_disk`, and empties it.
   void FillFromDisk(std::vector<std::pair<size_t, uint64_t>>* on_disk, ExportChunk* chunk) const;
   // Reads the payloads (value and slots) of rows on disk, by disk id, into payloads
-  // (n x payload floats). For callers holding the stripes' locks shared.
-  void ReadPayloads(const std::vector<uint64_t>& ids, float* payloads) const;
+  // (n x payload floats); `ascending` ids (a walk in row order) are read in one pass.
+  // For callers holding the stripes' locks shared.
+  void ReadPayloads(const std::vector<uint64_t>& ids, float* payloads, bool ascending = false) const;
   // Calls write(row, i) with the row of each keys[i], inserted (initial value, fresh
   // slots) if absent, under its stripe's exclusive lock; the row counts as changed.
   // `under_cap`: inserts evict under the row cap (AcquireRow).

@@ -51,7 +51,7 @@ void Table::FillFromDisk(std::vector<std::pair<size_t, uint64_t>>* on_disk, Expo
   std::vector<uint64_t> ids(on_disk->size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = (*on_disk)[i].second;
   std::vector<float> read(ids.size() * floats);
-  ReadPayloads(ids, read.data());
+  ReadPayloads(ids, read.data(), /*ascending=*/true);  // rows are appended in row order
   for (size_t i = 0; i < ids.size(); ++i) {
     const size_t at = (*on_disk)[i].first;
     const float* payload = read.data() + i * floats;

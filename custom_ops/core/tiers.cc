@@ -16,8 +16,11 @@
 namespace tfps {
 namespace {
 
-// Blocks sampled for each payload demoted: the lowest-ranked of them goes.
+// Blocks sampled for a payload demoted alone: the lowest-ranked of them goes. A stripe
+// over its budget by several takes kBatchCandidates samples per payload at once and
+// demotes the lowest-ranked of them all, which costs less per payload and ranks alike.
 constexpr int kDemotionCandidates = 8;
+constexpr size_t kBatchCandidates = 4;
 
 std::string MissingPayload(const DiskStore& store, uint64_t disk_id) {
   return "tfps tiered table: the payload of row " + std::to_string(disk_id & ((uint64_t{1} << 40) - 1)) +
@@ -59,11 +62,12 @@ void Table::LoadPayloads(Stripe& s, const StripeBatch& batch) {
   payloads_read_ += static_cast<int64_t>(on_disk.size());
 }
 
-void Table::ReadPayloads(const std::vector<uint64_t>& ids, float* payloads) const {
+void Table::ReadPayloads(const std::vector<uint64_t>& ids, float* payloads, bool ascending) const {
   if (ids.empty()) return;
   std::vector<uint8_t> found(ids.size());
-  if (store_->Get(static_cast<int64_t>(ids.size()), ids.data(), payloads, found.data()) !=
-      static_cast<int64_t>(ids.size())) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if ((ascending ? store_->GetAscending(n, ids.data(), payloads, found.data())
+                 : store_->Get(n, ids.data(), payloads, found.data())) != n) {
     const size_t missing = std::find(found.begin(), found.end(), 0) - found.begin();
     throw DiskStoreError(MissingPayload(*store_, ids[missing]));
   }
@@ -94,6 +98,40 @@ void Table::DemoteOverBudget(Stripe& s) {
   std::vector<Victim> victims;
   std::vector<uint64_t> ids, written_ids;
   std::vector<float> payloads;
+  const size_t over = s.payloads.in_use() > s.payload_budget ? s.payloads.in_use() - s.payload_budget : 0;
+  victims.reserve(over);
+  ids.reserve(over);
+  payloads.reserve(over * floats);
+  auto demote = [&](float* victim) {
+    char* row = const_cast<char*>(PayloadArena::RowOf(victim));
+    const RowView view = layout.View(row);
+    victims.push_back({row, *view.payload & kPayloadFlags});
+    const uint64_t key = view.header->key;
+    ids.push_back(s.DiskId(s.slot_rows[s.FindSlot(key, TableHash(key), row_bytes_)]));
+    payloads.insert(payloads.end(), victim, victim + floats);
+    s.payloads.Give(victim);
+    *view.payload = kOnDisk;
+  };
+  if (over > 1) {
+    // Many at once: the lowest-ranked `over` of kBatchCandidates samples per payload to go.
+    std::vector<std::pair<double, float*>> candidates;
+    const size_t wanted = over * kBatchCandidates;
+    candidates.reserve(wanted);
+    for (size_t tries = 0; candidates.size() < wanted && tries < 4 * wanted; ++tries) {
+      float* candidate = s.payloads.Sample(Stripe::NextSample(&s.demotion_sample_state));
+      if (candidate == nullptr) continue;
+      candidates.emplace_back(
+          EvictionRank(config_.eviction, layout.View(const_cast<char*>(PayloadArena::RowOf(candidate))), clock),
+          candidate);
+    }
+    std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    candidates.erase(std::unique(candidates.begin(), candidates.end(),
+                                 [](const auto& a, const auto& b) { return a.second == b.second; }),
+                     candidates.end());
+    const size_t chosen = std::min(over, candidates.size());
+    std::nth_element(candidates.begin(), candidates.begin() + chosen, candidates.end());
+    for (size_t i = 0; i < chosen; ++i) demote(candidates[i].second);
+  }
   while (s.payloads.in_use() > s.payload_budget) {
     float* victim = nullptr;
     double lowest = 0;
@@ -110,14 +148,7 @@ void Table::DemoteOverBudget(Stripe& s) {
     }
     // Blocks mostly free (many rows removed): the first block in use from a random one.
     if (victim == nullptr) victim = s.payloads.InUseFrom(Stripe::NextSample(&s.demotion_sample_state));
-    char* row = const_cast<char*>(PayloadArena::RowOf(victim));
-    const RowView view = layout.View(row);
-    victims.push_back({row, *view.payload & kPayloadFlags});
-    const uint64_t key = view.header->key;
-    ids.push_back(s.DiskId(s.slot_rows[s.FindSlot(key, TableHash(key), row_bytes_)]));
-    payloads.insert(payloads.end(), victim, victim + floats);
-    s.payloads.Give(victim);
-    *view.payload = kOnDisk;
+    demote(victim);
   }
   // Records of removed rows go first: a row removed and taken by another key in this batch
   // may be among the payloads written now.

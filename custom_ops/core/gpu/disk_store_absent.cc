@@ -13,6 +13,7 @@ DiskStore::DiskStore(const std::string& directory, int64_t row_bytes, const Disk
 DiskStore::~DiskStore() = default;
 void DiskStore::Put(int64_t, const uint64_t*, const void*) {}
 int64_t DiskStore::Get(int64_t, const uint64_t*, void*, uint8_t*) const { return 0; }
+int64_t DiskStore::GetAscending(int64_t, const uint64_t*, void*, uint8_t*) const { return 0; }
 void DiskStore::Delete(int64_t, const uint64_t*) {}
 void DiskStore::Clear() {}
 DiskStoreStats DiskStore::GetStats() const { return {}; }
