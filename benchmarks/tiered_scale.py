@@ -94,7 +94,7 @@ def main():
                               "seconds": round(time.perf_counter() - grow_start, 1)}), flush=True)
     grow_seconds = time.perf_counter() - grow_start
     # Hot steps: Zipf IDs over every row, read and updated (the reference gets the checked ones).
-    found_before, read_before = table.stats()["payloads_found"], table.stats()["payloads_read"]
+    found_before, read_before = table.stats()["lookup_hits"], table.stats()["lookup_misses"]
     hot_start = time.perf_counter()
     for _ in range(args.hot_steps):
         ranks = np.minimum(rng.zipf(1.1, args.step_keys), rows) - 1
@@ -108,7 +108,7 @@ def main():
         reference.apply_gradients(tf.constant(keys[mine]), tf.constant(grads[mine]))
     hot_seconds = time.perf_counter() - hot_start
     stats = table.stats()
-    found, read = stats["payloads_found"] - found_before, stats["payloads_read"] - read_before
+    found, read = stats["lookup_hits"] - found_before, stats["lookup_misses"] - read_before
     checkpoint_start = time.perf_counter()
     path = tf.train.Checkpoint(table=table).write(os.path.join(args.dir, "checkpoint", "ckpt"))
     checkpoint_seconds = time.perf_counter() - checkpoint_start

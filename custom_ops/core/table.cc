@@ -428,7 +428,8 @@ void Table::Find(const uint64_t* keys, int64_t n, float* values, uint8_t* exists
         if (exists != nullptr) exists[batch.order[j]] = slot >= 0;
       });
       if (tiered()) {
-        payloads_found_ += batch.count - static_cast<int64_t>(on_disk.size());
+        lookup_hits_ += batch.count - static_cast<int64_t>(on_disk.size());
+        lookup_misses_ += static_cast<int64_t>(on_disk.size());
         CopyValuesFromDisk(on_disk);
       }
     });
@@ -477,7 +478,7 @@ void Table::FindOrInsert(const uint64_t* keys, int64_t n, float* values,
     ForEachStripeGroup(keys, n, 60 + 2 * dim, /*shared_lock=*/false, parallel_for,
                        [&](Stripe& s, const StripeBatch& batch) {
       std::unique_lock<std::shared_mutex> lock(s.mu);
-      LoadPayloads(s, batch);
+      LoadPayloads(s, batch, /*lookup=*/true);
       int64_t created = 0, rejected = 0;
       PipelinedForEachOutputRow<Writer>(s, batch, row_bytes_, value_bytes, values, dim,
                                         [&](int64_t j, float* out) {
@@ -743,7 +744,8 @@ TableStats Table::Stats() const {
     stats.rows_in_memory = SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.payloads.in_use()); });
     stats.payload_memory_bytes = SumOverStripes([](const Stripe& s) { return static_cast<int64_t>(s.payloads.MemoryBytes()); });
     stats.disk_bytes = store_->GetStats().disk_bytes;
-    stats.payloads_found = payloads_found_.load();
+    stats.lookup_hits = lookup_hits_.load();
+    stats.lookup_misses = lookup_misses_.load();
     stats.payloads_read = payloads_read_.load();
     stats.payloads_demoted = payloads_demoted_.load();
   } else {

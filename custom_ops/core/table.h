@@ -117,8 +117,9 @@ struct TableStats {
   int64_t rows_in_memory = 0;        // rows whose payload is in memory
   int64_t payload_memory_bytes = 0;  // the payload blocks (part of memory_bytes)
   int64_t disk_bytes = 0;            // the disk tier's files
-  int64_t payloads_found = 0;        // payloads calls wanted that were in memory
-  int64_t payloads_read = 0;         // ... that were read from disk
+  int64_t lookup_hits = 0;           // rows lookups found with their payloads in memory
+  int64_t lookup_misses = 0;         // ... whose payloads they read from disk
+  int64_t payloads_read = 0;         // read from disk by any call (lookups, updates, saves)
   int64_t payloads_demoted = 0;      // payloads moved to disk to keep within memory_rows
 };
 
@@ -380,7 +381,8 @@ class Table {
   // payloads (EvictionRank) to disk until the stripe is within its share of memory_rows,
   // and deletes the disk records of rows it removed.
   bool tiered() const { return store_ != nullptr; }
-  void LoadPayloads(Stripe& s, const StripeBatch& batch);
+  // `lookup`: the call is a lookup, whose hits and misses the statistics count.
+  void LoadPayloads(Stripe& s, const StripeBatch& batch, bool lookup = false);
   void DemoteOverBudget(Stripe& s);
   // Removes the row of `key` if present (returns whether it was): its payload block goes
   // back, and its disk record is deleted by the stripe's next FlushDoomed (at the latest,
@@ -455,7 +457,7 @@ class Table {
   std::vector<std::unique_ptr<Stripe>> stripes_;
   // The disk tier (null: not tiered).
   std::unique_ptr<DiskStore> store_;
-  mutable std::atomic<int64_t> payloads_found_{0}, payloads_read_{0}, payloads_demoted_{0};
+  mutable std::atomic<int64_t> lookup_hits_{0}, lookup_misses_{0}, payloads_read_{0}, payloads_demoted_{0};
 };
 
 // "zeros", "uniform", "truncated_normal"; false if the name is unknown (optimizers:

@@ -4,6 +4,7 @@
 // (saves, exports, serving, the eviction sweep) sees every row whichever tier holds its
 // payload.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -22,6 +23,18 @@ namespace {
 constexpr int kDemotionCandidates = 8;
 constexpr size_t kBatchCandidates = 4;
 
+// Steps of recency a row's payload gains for each doubling of its occurrence count.
+constexpr double kStepsPerDoubling = 256.0;
+
+// Which payload goes to disk first: the lowest. The table's eviction policy's rank
+// (EvictionRank); a table without one ranks by recency with a bonus for frequency: a
+// power-law stream's new IDs are mostly seen once, and by recency alone each would push
+// out a hot row seen a step before it.
+double DemotionRank(const EvictionConfig& eviction, const RowView& row, int64_t clock) {
+  if (eviction.kind != EvictionKind::kNone) return EvictionRank(eviction, row, clock);
+  return row.header->last_step + kStepsPerDoubling * std::log2(1.0 + row.header->count);
+}
+
 std::string MissingPayload(const DiskStore& store, uint64_t disk_id) {
   return "tfps tiered table: the payload of row " + std::to_string(disk_id & ((uint64_t{1} << 40) - 1)) +
          " of stripe " + std::to_string(disk_id >> 40) + " is missing from its disk tier in " + store.directory();
@@ -29,7 +42,7 @@ std::string MissingPayload(const DiskStore& store, uint64_t disk_id) {
 
 }  // namespace
 
-void Table::LoadPayloads(Stripe& s, const StripeBatch& batch) {
+void Table::LoadPayloads(Stripe& s, const StripeBatch& batch, bool lookup) {
   if (!tiered()) return;
   const RowLayout layout = LayoutOf(config_);
   std::vector<std::pair<char*, uint64_t>> on_disk;  // (row, disk id)
@@ -44,7 +57,10 @@ void Table::LoadPayloads(Stripe& s, const StripeBatch& batch) {
       on_disk.emplace_back(row, s.DiskId(s.slot_rows[slot]));
     }
   }
-  payloads_found_ += found;
+  if (lookup) {
+    lookup_hits_ += found;
+    lookup_misses_ += static_cast<int64_t>(on_disk.size());
+  }
   if (on_disk.empty()) return;
   // A call may repeat a key: its payload is loaded once.
   std::sort(on_disk.begin(), on_disk.end());
@@ -121,7 +137,7 @@ void Table::DemoteOverBudget(Stripe& s) {
       float* candidate = s.payloads.Sample(Stripe::NextSample(&s.demotion_sample_state));
       if (candidate == nullptr) continue;
       candidates.emplace_back(
-          EvictionRank(config_.eviction, layout.View(const_cast<char*>(PayloadArena::RowOf(candidate))), clock),
+          DemotionRank(config_.eviction, layout.View(const_cast<char*>(PayloadArena::RowOf(candidate))), clock),
           candidate);
     }
     std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -139,7 +155,7 @@ void Table::DemoteOverBudget(Stripe& s) {
       float* candidate = s.payloads.Sample(Stripe::NextSample(&s.demotion_sample_state));
       if (candidate == nullptr) continue;
       ++sampled;
-      const double rank = EvictionRank(config_.eviction,
+      const double rank = DemotionRank(config_.eviction,
                                        layout.View(const_cast<char*>(PayloadArena::RowOf(candidate))), clock);
       if (victim == nullptr || rank < lowest) {
         victim = candidate;

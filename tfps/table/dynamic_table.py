@@ -277,7 +277,7 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
 
     STATS = ("rows", "memory_bytes", "row_memory_bytes", "clock", "admitted", "pending",
              "rejected", "evicted", "skipped_steps", "rows_in_memory", "payload_memory_bytes",
-             "disk_bytes", "payloads_found", "payloads_read", "payloads_demoted")
+             "disk_bytes", "lookup_hits", "lookup_misses", "payloads_read", "payloads_demoted")
 
     def stats(self):
         """The table's statistics as ints, read in one op where the table lives (eager):
@@ -290,9 +290,11 @@ class DynamicTable(tf.saved_model.experimental.TrackableResource):
         Tiers (tfps.storage.Tiered; a table in memory has every row in memory and zeros):
         rows_in_memory (rows whose value and slots are in memory); payload_memory_bytes
         (their blocks, part of memory_bytes, which also counts the disk store's caches);
-        disk_bytes (the disk tier's files); payloads_found and payloads_read (payloads that
-        lookups and updates found in memory, and read from disk: the hit rate is
-        found / (found + read)); payloads_demoted (moved to disk to keep within the budget)."""
+        disk_bytes (the disk tier's files); lookup_hits and lookup_misses (rows training
+        lookups and finds found with their payloads in memory, and read from disk: the RAM
+        hit rate is hits / (hits + misses); new keys count in neither); payloads_read (read
+        from disk by any call: lookups, updates, saves, exports); payloads_demoted (moved to
+        disk to keep within the budget)."""
         return dict(zip(self.STATS, ops.tfps_table_stats(self.resource_handle).numpy().tolist()))
 
     def count_skipped_step(self):

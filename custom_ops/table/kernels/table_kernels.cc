@@ -275,13 +275,13 @@ class TableStatsOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeWithTable(OpKernelContext* ctx, Table& table) override {
     Tensor* stats = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({15}), &stats));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({16}), &stats));
     const TableStats s = table.Stats();
     auto out = stats->flat<int64_t>();
     int i = 0;
     for (int64_t v : {s.rows, s.memory_bytes, s.row_memory_bytes, s.clock, s.admitted, s.pending,
                       s.rejected, s.evicted, s.skipped_steps, s.rows_in_memory, s.payload_memory_bytes,
-                      s.disk_bytes, s.payloads_found, s.payloads_read, s.payloads_demoted}) {
+                      s.disk_bytes, s.lookup_hits, s.lookup_misses, s.payloads_read, s.payloads_demoted}) {
       out(i++) = v;
     }
   }

@@ -181,15 +181,15 @@ REGISTER_OP("Tfps>TableClock")
 
 // [rows, memory bytes (index, row blocks, admission counts, a tiered table's payloads
 // and its store's caches), row block bytes, clock, admitted, pending, rejected, evicted,
-// skipped steps, rows in memory, payload memory bytes, disk bytes, payloads found in
-// memory, payloads read from disk, payloads demoted]: one small tensor, so statistics of a
+// skipped steps, rows in memory, payload memory bytes, disk bytes, lookup hits, lookup
+// misses, payloads read from disk, payloads demoted]: one small tensor, so statistics of a
 // table on a parameter server cost one round trip.
 REGISTER_OP("Tfps>TableStats")
     .Input("table_handle: resource")
     .Output("stats: int64")
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(ScalarInput(c, 0));
-      c->set_output(0, c->Vector(15));
+      c->set_output(0, c->Vector(16));
       return absl::OkStatus();
     });
 
