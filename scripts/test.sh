@@ -14,7 +14,7 @@ stage_done() { echo "scripts/test.sh: $1 done at $(( $(date +%s) - TFPS_TEST_STA
 # the C++ tests, the CUDA harness), about a quarter of the 2.21 tests' time, so both lanes
 # end together when Bazel's disk cache holds the build (a cold Bazel adds about 400 s).
 SECOND_LANE=(tests/test_bazel_build.py tests/test_packaging.py tests/test_core_cpp.py
-             tests/test_cuda_compiles.py tests/test_gpu_emulation.py)
+             tests/test_cuda_compiles.py tests/test_gpu_emulation.py tests/test_tiered.py)
 bash scripts/install.sh
 stage_done "install (TensorFlow 2.21, op library)"
 bash scripts/install_bazel.sh
