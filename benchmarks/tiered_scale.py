@@ -48,12 +48,20 @@ def directory_bytes(path):
 
 
 def rows_of(table, keys):
-    import tensorflow as tf
-    values = table.find(tf.constant(keys)).numpy()
-    exported = table.export()
-    order = np.argsort(exported.keys.numpy())
-    index = order[np.searchsorted(exported.keys.numpy(), keys, sorter=order)]
-    return values, exported.slots.numpy()[index], exported.metadata.numpy()[index]
+    """(values, slots, metadata) of `keys` (sorted, all present), read chunk by chunk so
+    that no copy of the whole table is made."""
+    keys = np.sort(keys)
+    values = np.zeros((len(keys), table.dim), np.float32)
+    slots = np.zeros((len(keys), table.num_slots, table.dim), np.float32)
+    metadata = np.zeros((len(keys), 4), np.int64)
+    for chunk in table.export_chunks(1 << 20):
+        chunk_keys = chunk.keys.numpy()
+        mine = np.isin(chunk_keys, keys)
+        at = np.searchsorted(keys, chunk_keys[mine])
+        values[at] = chunk.values.numpy()[mine]
+        slots[at] = chunk.slots.numpy()[mine]
+        metadata[at] = chunk.metadata.numpy()[mine]
+    return values, slots, metadata
 
 
 def main():
