@@ -17,6 +17,10 @@
 // reserve room in every stripe they touch (all of their allocation happens there), so a
 // call that runs out of memory throws AllocationFailure with the table unchanged.
 //
+// A tiered table (TierConfig) keeps only the key and metadata in a row, with a reference to
+// its payload (value and slots) in the stripe's PayloadArena, or to its record in the
+// table's DiskStore (RocksDB, keyed by the row's stripe and number) once demoted (tiers.cc).
+//
 // Admission and eviction (policies.h) live in the stripes too: the counts of keys not yet
 // admitted, and a sweep cursor that every training lookup advances at a pace set by the
 // clock (EvictionConfig's horizon) and at least a row per key, in the stripes its keys
