@@ -53,7 +53,9 @@ def main():
                       metrics=[tfps.metrics.AUC(name="auc")])
     with tfps.data.local_data_service() as service:
         def stream(_):
-            data = tf.data.Dataset.range(args.steps).map(lambda i: batch(i, bad)).repeat()
+            # Indices never repeat: workers read ahead of the steps that train, and a repeated
+            # stream could hand a bad batch out again before the steps end.
+            data = tf.data.Dataset.range(1 << 40).map(lambda i: batch(i, bad))
             return data.apply(tf.data.experimental.service.distribute(
                 processing_mode="distributed_epoch", service=service, job_name="non-finite-stream"))
 
