@@ -76,13 +76,13 @@ def slow_down(launch_id, run_ms, stop, tfps_benchmarks):
     pid = None
     while pid is None and not stop.is_set():
         pid = tfps_benchmarks.launch_processes(launch_id).get("worker_1")
-        time.sleep(0.1)
+        stop.wait(0.1)  # the worker's process is not started yet
     while not stop.is_set():
         try:
             os.kill(pid, signal.SIGSTOP)
-            time.sleep(2 * run_ms / 1000)
+            stop.wait(2 * run_ms / 1000)
             os.kill(pid, signal.SIGCONT)
-            time.sleep(run_ms / 1000)
+            stop.wait(run_ms / 1000)
         except ProcessLookupError:
             return
     try:

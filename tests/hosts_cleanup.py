@@ -57,7 +57,10 @@ def cleanup(run_id, attempts=100):
             except ProcessLookupError:
                 pass
         killed |= pids
-        time.sleep(0.1)
+        # Until they are gone (a killed process leaves its namespace when reaped), briefly.
+        deadline = time.monotonic() + 1.0
+        while any(os.path.exists(f"/proc/{pid}") for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.01)
     for name in namespaces(run_id):
         subprocess.run(["ip", "netns", "delete", name], capture_output=True)
     shutil.rmtree(run_dir(run_id), ignore_errors=True)

@@ -34,8 +34,7 @@ def data_dir(tmp_path_factory):
 # Across hosts (tests/hosts.py, as root): a parameter server's host killed; and one round
 # for both cuts of a host's link, a brief one (training goes on, nothing restarts) and then
 # one past the launcher's health check deadline (the cluster restarts).
-NO_HOSTS = hosts.unavailable()
-ACROSS_HOSTS = pytest.mark.skipif(NO_HOSTS is not None, reason=f"no hosts here: {NO_HOSTS}")
+ACROSS_HOSTS = hosts.skip_without_hosts()
 ROUNDS = [("train", "ps"), ("train", "worker"), ("train", "chief"), ("train", "mid_backup"),
           ("stream", "mid_restore"), ("stream", "stopped_ps"), ("train", "after_training"),
           ("train_sync", "stopped_ps"), ("train_all", "ps"),

@@ -21,8 +21,7 @@ from tests import hosts as hosts_lib
 from tests import hosts_cleanup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.skipif(hosts_lib.unavailable() is not None,
-                                reason=f"no hosts here: {hosts_lib.unavailable()}")
+pytestmark = hosts_lib.skip_without_hosts()
 
 TRAIN = os.path.join(ROOT, "examples", "train_ctr.py")
 TRAIN_ARGS = ["--num_files", "2", "--rows_per_file", "3000", "--epochs", "2", "--steps_per_epoch", "5",
@@ -228,9 +227,10 @@ def test_a_harness_killed_mid_run_leaves_no_namespace_link_mount_or_process(tmp_
 SERVER = """
 import json, sys, time
 import tensorflow as tf
-tf.distribute.Server(tf.train.ClusterSpec(json.loads(sys.argv[1])), job_name="ps", task_index=0, start=True)
+server = tf.distribute.Server(tf.train.ClusterSpec(json.loads(sys.argv[1])), job_name="ps", task_index=0,
+                              start=True)
 print("serving", flush=True)
-time.sleep(120)
+server.join()
 """
 CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()"
 

@@ -310,18 +310,31 @@ def test_a_task_whose_server_answered_and_then_is_unreachable_counts_as_silent(m
         def poll(self):
             return None
     replies = {"10.0.0.1:1": iter([True, False, None]), "10.0.0.2:1": iter([None])}
-    monkeypatch.setattr(_task_health, "answers", lambda address: next(replies[address], None))
+    probes = {"10.0.0.1:1": 0, "10.0.0.2:1": 0}
+
+    def answers(address):
+        probes[address] += 1
+        return next(replies[address], None)
+
+    def after_probes(n):
+        """Waits (with a deadline) until each address has been probed n more times."""
+        wanted = {address: count + n for address, count in probes.items()}
+        deadline = time.monotonic() + 10
+        while any(probes[a] < wanted[a] for a in wanted) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(probes[a] >= wanted[a] for a in wanted), probes
+    monkeypatch.setattr(_task_health, "answers", answers)
     cut, starting = Task("ps_0"), Task("ps_1")
     watch = _task_health.HangWatch([cut, starting], {"ps_0": "10.0.0.1:1", "ps_1": "10.0.0.2:1"}, 0.3, every=0.05)
     try:
         deadline = time.monotonic() + 10
         while not watch.hung() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
+            time.sleep(0.01)
+        after_probes(8)  # longer than the deadline again: the one never answering stays unhung
         assert [task.name for task, _ in watch.hung()] == ["ps_0"]
         watch.forget(cut)  # restarted: its server has not answered since
         replies["10.0.0.1:1"] = iter([])
-        time.sleep(0.5)
+        after_probes(12)
         assert watch.hung() == []
     finally:
         watch.close()
