@@ -192,7 +192,9 @@ int64_t Table::Evict(const ParallelFor& parallel_for) {
 }
 
 void Table::FlushAllDoomed() {
-  if (!tiered()) return;
+  // Only when some stripe has records to delete: sweeps run after every training lookup,
+  // and most remove nothing on disk.
+  if (!tiered() || !doomed_waiting_.exchange(false)) return;
   // Outside the parallel sweeps, whose threads must not throw.
   for (auto& s : stripes_) {
     std::unique_lock<std::shared_mutex> lock(s->mu);

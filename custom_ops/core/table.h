@@ -461,6 +461,7 @@ class Table {
   std::vector<std::unique_ptr<Stripe>> stripes_;
   // The disk tier (null: not tiered).
   std::unique_ptr<DiskStore> store_;
+  mutable std::atomic<bool> doomed_waiting_{false};  // some stripe's doomed_on_disk is not empty
   mutable std::atomic<int64_t> lookup_hits_{0}, lookup_misses_{0}, payloads_read_{0}, payloads_demoted_{0};
 };
 

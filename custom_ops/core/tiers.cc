@@ -206,6 +206,7 @@ bool Table::RemoveRow(Stripe& s, uint64_t key, uint64_t hash) const {
     if (*row.payload & kOnDisk) {
       try {
         s.doomed_on_disk.push_back(s.DiskId(s.slot_rows[slot]));
+        doomed_waiting_.store(true, std::memory_order_relaxed);
       } catch (const std::bad_alloc&) {
         // Removing must not fail: the record stays on disk, read by nothing.
       }
